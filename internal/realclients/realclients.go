@@ -1,0 +1,175 @@
+// Package realclients runs the non-Go Kafka clients that offsetgate's end-to-end tests use: the
+// Apache Kafka Java client (from the same Maven cache as the brokers), kcat and confluent-kafka
+// for Python (both librdkafka). They print one line per consumed record:
+//
+//	partition offset leaderEpoch key value
+package realclients
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"offsetgate/internal/testkafka"
+)
+
+// Record is one consumed record as a client printed it.
+type Record struct {
+	Partition int32
+	Offset    int64
+	Epoch     int32
+	Key       string
+	Value     string
+}
+
+func run(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w\nstderr: %s", filepath.Base(name), strings.Join(args, " "), err, tailString(errb.String(), 3000))
+	}
+	return out.String(), nil
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func javaBin() string {
+	if h := os.Getenv("JAVA_HOME"); h != "" {
+		return filepath.Join(h, "bin", "java")
+	}
+	return "java"
+}
+
+func testenv(parts ...string) (string, error) {
+	root, err := testkafka.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(append([]string{root, "testenv"}, parts...)...), nil
+}
+
+// JavaProduce produces count records keyed PREFIX-kI with values PREFIX-vI with the Java
+// client (acks=all); a non-empty txnID makes it one committed transaction.
+func JavaProduce(ctx context.Context, bootstrap, topic string, count int, prefix, txnID string) error {
+	libs, err := testkafka.LibsDir()
+	if err != nil {
+		return err
+	}
+	src, err := testenv("java", "ClientTool.java")
+	if err != nil {
+		return err
+	}
+	args := []string{"-Xmx256m", "-cp", filepath.Join(libs, "*"), src, "produce", bootstrap, topic, strconv.Itoa(count), prefix}
+	if txnID != "" {
+		args = append(args, txnID)
+	}
+	_, err = run(ctx, javaBin(), args...)
+	return err
+}
+
+// JavaConsume reads count records with the Java client (read_committed), from the beginning of
+// every partition, or as a member of group when it is not empty (committing as it goes).
+func JavaConsume(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string) ([]Record, error) {
+	libs, err := testkafka.LibsDir()
+	if err != nil {
+		return nil, err
+	}
+	src, err := testenv("java", "ClientTool.java")
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-Xmx256m", "-cp", filepath.Join(libs, "*"), src, "consume", bootstrap, topic, strconv.Itoa(count), strconv.Itoa(timeoutMs)}
+	if group != "" {
+		args = append(args, group)
+	}
+	out, err := run(ctx, javaBin(), args...)
+	if err != nil {
+		return nil, err
+	}
+	return parse(out)
+}
+
+// PythonProduce produces with confluent-kafka.
+func PythonProduce(ctx context.Context, bootstrap, topic string, count int, prefix string) error {
+	src, err := testenv("python", "client.py")
+	if err != nil {
+		return err
+	}
+	_, err = run(ctx, "python3", src, "produce", bootstrap, topic, strconv.Itoa(count), prefix)
+	return err
+}
+
+// PythonConsume consumes with confluent-kafka.
+func PythonConsume(ctx context.Context, bootstrap, topic string, count int, timeoutS float64, group string) ([]Record, error) {
+	src, err := testenv("python", "client.py")
+	if err != nil {
+		return nil, err
+	}
+	args := []string{src, "consume", bootstrap, topic, strconv.Itoa(count), strconv.FormatFloat(timeoutS, 'f', 1, 64)}
+	if group != "" {
+		args = append(args, group)
+	}
+	out, err := run(ctx, "python3", args...)
+	if err != nil {
+		return nil, err
+	}
+	return parse(out)
+}
+
+// KcatProduce produces key:value lines with kcat (librdkafka), acks=all.
+func KcatProduce(ctx context.Context, bootstrap, topic string, count int, prefix string) error {
+	var in strings.Builder
+	for i := 0; i < count; i++ {
+		fmt.Fprintf(&in, "%s-k%d:%s-v%d\n", prefix, i, prefix, i)
+	}
+	cmd := exec.CommandContext(ctx, "kcat", "-P", "-b", bootstrap, "-t", topic, "-K", ":", "-X", "acks=all")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stdin = strings.NewReader(in.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kcat produce: %w: %s", err, out)
+	}
+	return nil
+}
+
+// KcatConsume reads count records from the beginning with kcat.
+func KcatConsume(ctx context.Context, bootstrap, topic string, count int) ([]Record, error) {
+	out, err := run(ctx, "kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-c", strconv.Itoa(count),
+		"-e", "-q", "-f", "%p %o -1 %k %s\n")
+	if err != nil {
+		return nil, err
+	}
+	return parse(out)
+}
+
+func parse(out string) ([]Record, error) {
+	var recs []Record
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 5 {
+			continue
+		}
+		p, err1 := strconv.ParseInt(f[0], 10, 32)
+		o, err2 := strconv.ParseInt(f[1], 10, 64)
+		e, err3 := strconv.ParseInt(f[2], 10, 32)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return nil, fmt.Errorf("realclients: bad record line %q", sc.Text())
+		}
+		recs = append(recs, Record{Partition: int32(p), Offset: o, Epoch: int32(e), Key: f[3], Value: f[4]})
+	}
+	return recs, sc.Err()
+}

@@ -1,0 +1,150 @@
+package testkafka
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Client returns a franz-go client seeded with every node of the cluster.
+func (c *Cluster) Client(opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, opts...)...)
+}
+
+// Admin returns an admin client; close it with Close.
+func (c *Cluster) Admin() (*kadm.Client, error) {
+	cl, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	return kadm.NewClient(cl), nil
+}
+
+// CreateTopic creates a topic. With rf 2 the replicas of partition p are placed so that the
+// leaders alternate between the two first nodes; configs may be nil.
+func (c *Cluster) CreateTopic(ctx context.Context, topic string, partitions int32, rf int16, configs map[string]*string) error {
+	adm, err := c.Admin()
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	resp, err := adm.CreateTopic(ctx, partitions, rf, configs, topic)
+	if err != nil {
+		return fmt.Errorf("testkafka: creating %s on %s: %w", topic, c.Name, err)
+	}
+	if resp.Err != nil {
+		return fmt.Errorf("testkafka: creating %s on %s: %w (%s)", topic, c.Name, resp.Err, resp.ErrMessage)
+	}
+	return c.waitLeaders(ctx, adm, topic, partitions)
+}
+
+func (c *Cluster) waitLeaders(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil && int32(len(td.Partitions)) == partitions {
+				ok := true
+				for _, p := range td.Partitions {
+					if p.Err != nil || p.Leader < 0 {
+						ok = false
+					}
+				}
+				if ok {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testkafka: leaders of %s on %s: %w", topic, c.Name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Leader returns the current leader and leader epoch of a partition.
+func (c *Cluster) Leader(ctx context.Context, topic string, partition int32) (leader, epoch int32, err error) {
+	adm, err := c.Admin()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer adm.Close()
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, ok := md.Topics[topic].Partitions[partition]
+	if !ok {
+		return 0, 0, fmt.Errorf("testkafka: %s[%d] not in metadata", topic, partition)
+	}
+	return p.Leader, p.LeaderEpoch, nil
+}
+
+// MoveLeader makes node `to` the leader of a partition: it puts `to` first in the replica list
+// with a reassignment, waits until it is in sync, and runs a preferred leader election. The
+// partition's leader epoch rises. No node is stopped.
+func (c *Cluster) MoveLeader(ctx context.Context, topic string, partition int32, to int32) error {
+	adm, err := c.Admin()
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return err
+	}
+	p, ok := md.Topics[topic].Partitions[partition]
+	if !ok {
+		return fmt.Errorf("testkafka: %s[%d] not in metadata", topic, partition)
+	}
+	if p.Leader == to {
+		return nil
+	}
+	replicas := []int32{to}
+	for _, r := range p.Replicas {
+		if r != to {
+			replicas = append(replicas, r)
+		}
+	}
+	var as kadm.AlterPartitionAssignmentsReq
+	as.Assign(topic, partition, replicas)
+	ares, err := adm.AlterPartitionAssignments(ctx, as)
+	if err != nil {
+		return fmt.Errorf("testkafka: reassigning %s[%d]: %w", topic, partition, err)
+	}
+	if err := ares.Error(); err != nil {
+		return fmt.Errorf("testkafka: reassigning %s[%d]: %w", topic, partition, err)
+	}
+	for {
+		lres, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{topic: {partition: {}}})
+		if err == nil && len(lres) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testkafka: waiting for reassignment of %s[%d]: %w", topic, partition, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for {
+		eres, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {partition: {}}})
+		if err != nil {
+			return fmt.Errorf("testkafka: electing leader of %s[%d]: %w", topic, partition, err)
+		}
+		r := eres[topic][partition]
+		if r.Err == nil || r.Err == kerr.ElectionNotNeeded {
+			if l, _, err := c.Leader(ctx, topic, partition); err == nil && l == to {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testkafka: electing %d for %s[%d]: last %v: %w", to, topic, partition, r.Err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
