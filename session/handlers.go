@@ -1,0 +1,63 @@
+package session
+
+import (
+	"encoding/binary"
+)
+
+// rewriteFunc rewrites a response body. It returns changed=false (and no body) when the
+// original bytes may go to the client as they are.
+type rewriteFunc func(s *Session, version int16, body []byte) (nb []byte, changed bool, err error)
+
+// handler is what offsetgate does for one api key beyond forwarding bytes. Each api key with a
+// handler has a file of its own, named after the key (00_produce.go, 03_metadata.go, ...).
+type handler struct {
+	// noResponse reports that a request gets no response (acks=0 Produce).
+	noResponse func(h reqHeader, body []byte) bool
+	// response rewrites the response of versions >= responseFrom.
+	response     rewriteFunc
+	responseFrom int16
+}
+
+// handlerFor returns the handler of an api key, or nil when its frames pass as bytes.
+func handlerFor(key int16) *handler {
+	switch key {
+	case 0:
+		return &produceHandler
+	case 1:
+		return &fetchHandler
+	case 3:
+		return &metadataHandler
+	case 10:
+		return &findCoordinatorHandler
+	case 18:
+		return &apiVersionsHandler
+	case 60:
+		return &describeClusterHandler
+	case 78:
+		return &shareFetchHandler
+	case 79:
+		return &shareAcknowledgeHandler
+	}
+	return nil
+}
+
+// responseFrame builds a whole response frame: size, correlation id, an empty tagged-field
+// section when the header is flexible, and the body.
+func responseFrame(corr int32, flexible bool, body []byte) []byte {
+	hl := 4
+	if flexible {
+		hl = 5
+	}
+	out := make([]byte, 4+hl, 4+hl+len(body))
+	binary.BigEndian.PutUint32(out, uint32(hl+len(body)))
+	binary.BigEndian.PutUint32(out[4:], uint32(corr))
+	return append(out, body...)
+}
+
+// endpoint rewrites one broker address in place through the session's address map.
+func (s *Session) endpoint(node int32, host *string, port *int32) {
+	if s.cfg.Addresses == nil {
+		return
+	}
+	*host, *port = s.cfg.Addresses.Broker(node, *host, *port)
+}

@@ -1,0 +1,363 @@
+// Package session is one client connection's Kafka protocol handling, independent of how the
+// bytes travel: it takes bytes from the client and from the upstream broker, consumes whole
+// frames, and hands frames back through the Conn its transport implements. It keeps responses
+// in request order (a FIFO of slots), decodes only the api keys and versions a handler needs,
+// and bounds what it holds (frame size, in-flight requests, unsent responses).
+//
+// A session is not safe for concurrent use: its transport calls it from one goroutine at a
+// time (the gnet transport from the connection's event loop, the goroutine transport under a
+// per-connection lock).
+package session
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Conn is what a transport gives a session.
+type Conn interface {
+	// WriteClient sends bytes to the client. The transport copies what it cannot send at once,
+	// so the caller may reuse b after the call.
+	WriteClient(b []byte)
+	// WriteUpstream sends bytes to the upstream broker, with the same contract.
+	WriteUpstream(b []byte)
+	// ClientPending is the number of bytes written to the client and not yet sent.
+	ClientPending() int
+	// Resume asks the transport to call HandleClient again soon, with the client bytes it still
+	// holds; the session calls it when it stopped consuming and can go on.
+	Resume()
+	// WaitClientDrain asks the transport to call Resume once the client's unsent bytes fall
+	// below the low-water mark.
+	WaitClientDrain()
+}
+
+// Addresses maps upstream brokers to the addresses clients must be told instead.
+type Addresses interface {
+	// Broker records an upstream broker's real address and returns the proxy address that
+	// stands for it.
+	Broker(nodeID int32, host string, port int32) (string, int32)
+}
+
+// Observer receives per-request measurements; the proxy exports them as metrics.
+type Observer interface {
+	Request(key int16, bytes int)
+	Response(key int16, bytes int, latency time.Duration)
+	Rewrite(key int16)
+	LocalAnswer(key int16)
+}
+
+// Config is what every session of a listener shares. It is read-only after start.
+type Config struct {
+	// MaxFrame caps a frame's size (after its 4-byte length).
+	MaxFrame int
+	// MaxInFlight caps requests sent upstream or waiting in order for their response.
+	MaxInFlight int
+	// ClientHighWater stops the forwarding of a client's requests while the responses it has
+	// not read are above it.
+	ClientHighWater int
+	Addresses       Addresses
+	Observer        Observer
+	Log             *zap.Logger
+	// Draining, when it returns true, stops the session from taking new requests (graceful
+	// shutdown lets in-flight ones finish).
+	Draining func() bool
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxFrame        = 100 << 20
+	DefaultMaxInFlight     = 256
+	DefaultClientHighWater = 8 << 20
+)
+
+// ErrFrame marks a framing error: the connection must be closed.
+var ErrFrame = errors.New("bad frame")
+
+// slot is one request awaiting its response, in request order.
+type slot struct {
+	key, version int16
+	corr         int32
+	start        time.Time
+	upstream     bool // the response comes from the upstream broker
+	done         bool // out holds the response
+	rewrite      rewriteFunc
+	out          []byte
+}
+
+// Session is one client connection.
+type Session struct {
+	cfg  Config
+	conn Conn
+	log  *zap.Logger
+
+	slots    ring // requests in order; the head is the next response the client gets
+	upstream ring // sequence numbers of slots awaiting the upstream, in send order
+	paused   bool
+
+	// ApiVersions answers seen on this connection, for the identity and rules work.
+	clientID string
+}
+
+// New makes a session for one client connection.
+func New(cfg Config, conn Conn) *Session {
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.ClientHighWater <= 0 {
+		cfg.ClientHighWater = DefaultClientHighWater
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	return &Session{cfg: cfg, conn: conn, log: cfg.Log}
+}
+
+// InFlight is the number of requests waiting for their response.
+func (s *Session) InFlight() int { return s.slots.len() }
+
+// ClientID is the client.id of the last request that carried one.
+func (s *Session) ClientID() string { return s.clientID }
+
+// frameLen validates a frame's 4-byte size prefix.
+func (s *Session) frameLen(p []byte, from string) (int, error) {
+	size := int32(binary.BigEndian.Uint32(p))
+	if size < 0 || int(size) > s.cfg.MaxFrame {
+		if from == "client" && p[0] == 0x16 && p[1] == 0x03 {
+			return 0, fmt.Errorf("%w: a TLS handshake on a plaintext listener (size prefix %d)", ErrFrame, size)
+		}
+		return 0, fmt.Errorf("%w: %s frame of %d bytes exceeds the %d-byte cap", ErrFrame, from, size, s.cfg.MaxFrame)
+	}
+	return int(size), nil
+}
+
+// HandleClient consumes as many whole client frames from buf as it may and returns how many
+// bytes it consumed. An error means the connection must be closed.
+func (s *Session) HandleClient(buf []byte) (int, error) {
+	off := 0
+	fwdStart := -1 // start of a run of frames forwarded unchanged, written in one go
+	flushFwd := func(end int) {
+		if fwdStart >= 0 {
+			s.conn.WriteUpstream(buf[fwdStart:end])
+			fwdStart = -1
+		}
+	}
+	for len(buf)-off >= 4 {
+		size, err := s.frameLen(buf[off:], "client")
+		if err != nil {
+			flushFwd(off)
+			return off, err
+		}
+		if size < 8 {
+			flushFwd(off)
+			return off, fmt.Errorf("%w: %d-byte request is shorter than a request header", ErrFrame, size)
+		}
+		if len(buf)-off < 4+size {
+			break
+		}
+		if s.slots.len() >= s.cfg.MaxInFlight || (s.cfg.Draining != nil && s.cfg.Draining()) {
+			s.paused = true
+			break
+		}
+		if s.conn.ClientPending() > s.cfg.ClientHighWater {
+			s.paused = true
+			s.conn.WaitClientDrain()
+			break
+		}
+		frame := buf[off : off+4+size]
+		fwd, err := s.request(frame)
+		if err != nil {
+			flushFwd(off)
+			return off, err
+		}
+		if fwd {
+			if fwdStart < 0 {
+				fwdStart = off
+			}
+		} else {
+			flushFwd(off)
+		}
+		off += 4 + size
+	}
+	flushFwd(off)
+	s.flush()
+	return off, nil
+}
+
+// request handles one client frame. It returns true when the frame goes upstream unchanged.
+func (s *Session) request(frame []byte) (bool, error) {
+	p := frame[4:]
+	h, err := parseReqHeader(p)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrFrame, err)
+	}
+	if h.hasID && string(h.clientID) != s.clientID {
+		s.clientID = string(h.clientID)
+	}
+	s.cfg.Observer.Request(h.key, len(frame))
+	if !Supported(h.key, h.version) {
+		return false, s.unsupported(h)
+	}
+	hd := handlerFor(h.key)
+	sl := slot{key: h.key, version: h.version, corr: h.corr, start: time.Now(), upstream: true}
+	if hd != nil {
+		if hd.noResponse != nil && hd.noResponse(h, p[h.bodyOff:]) {
+			// acks=0 Produce: the broker sends nothing back, so nothing waits for it.
+			return true, nil
+		}
+		if hd.response != nil && h.version >= hd.responseFrom {
+			sl.rewrite = hd.response
+		}
+	}
+	seq := s.slots.push(sl)
+	s.upstream.pushSeq(seq)
+	return true, nil
+}
+
+// unsupported answers or refuses a request offsetgate cannot parse.
+func (s *Session) unsupported(h reqHeader) error {
+	if h.key == 18 {
+		// KIP-511: a too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and the
+		// versions of ApiVersions offsetgate does support, so the client retries lower.
+		s.local(h, apiVersionsTooNew(h.corr))
+		return nil
+	}
+	if h.key == 17 && h.version == 0 {
+		s.local(h, saslHandshakeV0Refusal(h.corr))
+		return nil
+	}
+	return fmt.Errorf("%w: api key %d version %d is not supported by offsetgate (never advertised)", ErrFrame, h.key, h.version)
+}
+
+// local queues an answer offsetgate makes itself; it leaves in request order.
+func (s *Session) local(h reqHeader, frame []byte) {
+	s.cfg.Observer.LocalAnswer(h.key)
+	s.slots.push(slot{key: h.key, version: h.version, corr: h.corr, start: time.Now(), done: true, out: frame})
+}
+
+// HandleUpstream consumes whole response frames from the upstream broker.
+func (s *Session) HandleUpstream(buf []byte) (int, error) {
+	off := 0
+	direct := -1 // start of a run of responses written to the client unchanged in one go
+	flushDirect := func(end int) {
+		if direct >= 0 {
+			s.conn.WriteClient(buf[direct:end])
+			direct = -1
+		}
+	}
+	for len(buf)-off >= 4 {
+		size, err := s.frameLen(buf[off:], "upstream")
+		if err != nil {
+			flushDirect(off)
+			return off, err
+		}
+		if len(buf)-off < 4+size {
+			break
+		}
+		frame := buf[off : off+4+size]
+		if size < 4 {
+			flushDirect(off)
+			return off, fmt.Errorf("%w: %d-byte response from upstream", ErrFrame, size)
+		}
+		seq, ok := s.upstream.popSeq()
+		if !ok {
+			flushDirect(off)
+			return off, fmt.Errorf("%w: upstream sent a response nobody asked for", ErrFrame)
+		}
+		sl := s.slots.at(seq)
+		corr := int32(binary.BigEndian.Uint32(frame[4:]))
+		if corr != sl.corr {
+			flushDirect(off)
+			return off, fmt.Errorf("%w: upstream answered correlation id %d, expected %d (api key %d)", ErrFrame, corr, sl.corr, sl.key)
+		}
+		out, err := s.response(sl, frame)
+		if err != nil {
+			flushDirect(off)
+			return off, err
+		}
+		s.cfg.Observer.Response(sl.key, len(out), time.Since(sl.start))
+		atHead := s.slots.headSeq() == seq
+		switch {
+		case atHead && len(out) == len(frame) && &out[0] == &frame[0]:
+			// Unchanged and next in order: goes out with its neighbours, no copy.
+			if direct < 0 {
+				direct = off
+			}
+			s.slots.pop()
+		case atHead:
+			flushDirect(off)
+			s.conn.WriteClient(out)
+			s.slots.pop()
+		default:
+			flushDirect(off)
+			if len(out) == len(frame) && &out[0] == &frame[0] {
+				out = append([]byte(nil), out...)
+			}
+			sl.out, sl.done = out, true
+		}
+		off += 4 + size
+	}
+	flushDirect(off)
+	s.flush()
+	if s.paused && s.slots.len() < s.cfg.MaxInFlight {
+		s.paused = false
+		s.conn.Resume()
+	}
+	return off, nil
+}
+
+// response applies the slot's rewrite, if any, and returns the frame to send to the client.
+func (s *Session) response(sl *slot, frame []byte) ([]byte, error) {
+	if sl.rewrite == nil {
+		return frame, nil
+	}
+	hl, err := respHeaderLen(frame[4:], sl.key, sl.version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: response header of api key %d: %v", ErrFrame, sl.key, err)
+	}
+	body := frame[4+hl:]
+	nb, changed, err := sl.rewrite(s, sl.version, body)
+	if err != nil {
+		// A response offsetgate cannot read may carry addresses it must not leak.
+		return nil, fmt.Errorf("%w: rewriting api key %d v%d response: %v", ErrFrame, sl.key, sl.version, err)
+	}
+	if !changed {
+		return frame, nil
+	}
+	s.cfg.Observer.Rewrite(sl.key)
+	out := make([]byte, 4, 4+hl+len(nb))
+	binary.BigEndian.PutUint32(out, uint32(hl+len(nb)))
+	out = append(out, frame[4:4+hl]...)
+	return append(out, nb...), nil
+}
+
+// flush sends the responses that are ready at the head of the FIFO.
+func (s *Session) flush() {
+	for s.slots.len() > 0 {
+		sl := s.slots.at(s.slots.headSeq())
+		if !sl.done {
+			return
+		}
+		s.conn.WriteClient(sl.out)
+		if !sl.upstream {
+			s.cfg.Observer.Response(sl.key, len(sl.out), time.Since(sl.start))
+		}
+		s.slots.pop()
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Request(int16, int)                 {}
+func (nopObserver) Response(int16, int, time.Duration) {}
+func (nopObserver) Rewrite(int16)                      {}
+func (nopObserver) LocalAnswer(int16)                  {}
