@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -65,6 +66,8 @@ type Config struct {
 	// Draining, when it returns true, stops the session from taking new requests (graceful
 	// shutdown lets in-flight ones finish).
 	Draining func() bool
+	// InFlight, when set, counts the requests of all sessions that wait for a response.
+	InFlight *atomic.Int64
 }
 
 // Defaults for Config fields left zero.
@@ -143,6 +146,7 @@ func (s *Session) frameLen(p []byte, from string) (int, error) {
 // HandleClient consumes as many whole client frames from buf as it may and returns how many
 // bytes it consumed. An error means the connection must be closed.
 func (s *Session) HandleClient(buf []byte) (int, error) {
+	s.paused = false
 	off := 0
 	fwdStart := -1 // start of a run of frames forwarded unchanged, written in one go
 	flushFwd := func(end int) {
@@ -220,6 +224,7 @@ func (s *Session) request(frame []byte) (bool, error) {
 	}
 	seq := s.slots.push(sl)
 	s.upstream.pushSeq(seq)
+	s.count(1)
 	return true, nil
 }
 
@@ -242,6 +247,7 @@ func (s *Session) unsupported(h reqHeader) error {
 func (s *Session) local(h reqHeader, frame []byte) {
 	s.cfg.Observer.LocalAnswer(h.key)
 	s.slots.push(slot{key: h.key, version: h.version, corr: h.corr, start: time.Now(), done: true, out: frame})
+	s.count(1)
 }
 
 // HandleUpstream consumes whole response frames from the upstream broker.
@@ -293,10 +299,12 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 				direct = off
 			}
 			s.slots.pop()
+			s.count(-1)
 		case atHead:
 			flushDirect(off)
 			s.conn.WriteClient(out)
 			s.slots.pop()
+			s.count(-1)
 		default:
 			flushDirect(off)
 			if len(out) == len(frame) && &out[0] == &frame[0] {
@@ -352,7 +360,36 @@ func (s *Session) flush() {
 			s.cfg.Observer.Response(sl.key, len(sl.out), time.Since(sl.start))
 		}
 		s.slots.pop()
+		s.count(-1)
 	}
+}
+
+func (s *Session) count(d int64) {
+	if s.cfg.InFlight != nil {
+		s.cfg.InFlight.Add(d)
+	}
+}
+
+// Close releases what the session still counts; the transport calls it when the connection
+// ends.
+func (s *Session) Close() {
+	s.count(-int64(s.slots.len()))
+	for s.slots.len() > 0 {
+		s.slots.pop()
+	}
+}
+
+// FrameSize checks a frame's 4-byte size prefix and returns the whole frame's length, so a
+// transport can wait for a whole frame before handing bytes over.
+func (s *Session) FrameSize(prefix []byte) (int, error) {
+	n, err := s.frameLen(prefix, "client")
+	return 4 + n, err
+}
+
+// UpstreamFrameSize is FrameSize for upstream frames.
+func (s *Session) UpstreamFrameSize(prefix []byte) (int, error) {
+	n, err := s.frameLen(prefix, "upstream")
+	return 4 + n, err
 }
 
 type nopObserver struct{}

@@ -1,0 +1,208 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is offsetgate serve's configuration (YAML; see examples/offsetgate.yaml).
+type Config struct {
+	// Listen is the bootstrap listener, host:port. Broker node N gets port+1+N on the same host
+	// unless BrokerPorts names a port for it.
+	Listen string `yaml:"listen"`
+	// Advertise is the host clients are told to connect to; default: Listen's host.
+	Advertise string `yaml:"advertise"`
+	// Bootstrap lists the destination cluster's brokers, host:port.
+	Bootstrap []string `yaml:"bootstrap"`
+	// BrokerPorts pins the listener port of a node id.
+	BrokerPorts map[int32]int `yaml:"broker_ports"`
+	// Admin is the listener for /metrics, /healthz and /readyz; empty turns it off.
+	Admin string `yaml:"admin"`
+	// Transport is "gnet" (event loops, the default) or "goroutine" (a goroutine pair per
+	// connection; what TLS uses).
+	Transport string `yaml:"transport"`
+	// EventLoops is the number of gnet event loops; 0 means one per CPU.
+	EventLoops int `yaml:"event_loops"`
+
+	Limits Limits    `yaml:"limits"`
+	Log    LogConfig `yaml:"log"`
+}
+
+// Limits bound what one connection may hold.
+type Limits struct {
+	MaxFrameBytes        int           `yaml:"max_frame_bytes"`
+	MaxInFlight          int           `yaml:"max_in_flight"`
+	ClientHighWaterBytes int           `yaml:"client_high_water_bytes"`
+	MaxBufferedBytes     int           `yaml:"max_buffered_bytes"`
+	DialTimeout          time.Duration `yaml:"dial_timeout"`
+	DrainTimeout         time.Duration `yaml:"drain_timeout"`
+}
+
+// LogConfig selects the log format and level.
+type LogConfig struct {
+	// Format is "json", "console" or "" (console on a terminal, JSON otherwise).
+	Format string `yaml:"format"`
+	Level  string `yaml:"level"`
+}
+
+// Defaults fills what was left empty.
+func (c *Config) Defaults() {
+	if c.Transport == "" {
+		c.Transport = "gnet"
+	}
+	l := &c.Limits
+	if l.MaxFrameBytes == 0 {
+		l.MaxFrameBytes = 100 << 20
+	}
+	if l.MaxInFlight == 0 {
+		l.MaxInFlight = 256
+	}
+	if l.ClientHighWaterBytes == 0 {
+		l.ClientHighWaterBytes = 8 << 20
+	}
+	if l.MaxBufferedBytes == 0 {
+		l.MaxBufferedBytes = l.MaxFrameBytes + 1<<20
+	}
+	if l.DialTimeout == 0 {
+		l.DialTimeout = 10 * time.Second
+	}
+	if l.DrainTimeout == 0 {
+		l.DrainTimeout = 15 * time.Second
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+}
+
+// Validate checks the configuration and names the bad key in its error.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("config key %q: %s", key, fmt.Sprintf(format, a...)))
+	}
+	if c.Listen == "" {
+		bad("listen", "required (host:port of the bootstrap listener)")
+	} else if _, p, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "%v", err)
+	} else if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
+		bad("listen", "port %q must be 1-65535 (port 0 cannot number the broker listeners)", p)
+	}
+	if len(c.Bootstrap) == 0 {
+		bad("bootstrap", "required: at least one destination broker host:port")
+	}
+	for i, b := range c.Bootstrap {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			bad(fmt.Sprintf("bootstrap[%d]", i), "%v", err)
+		}
+	}
+	for id, p := range c.BrokerPorts {
+		if id < 0 || p <= 0 || p > 65535 {
+			bad(fmt.Sprintf("broker_ports.%d", id), "node id must be >= 0 and port 1-65535")
+		}
+	}
+	if c.Admin != "" {
+		if _, _, err := net.SplitHostPort(c.Admin); err != nil {
+			bad("admin", "%v", err)
+		}
+	}
+	switch c.Transport {
+	case "gnet", "goroutine":
+	default:
+		bad("transport", "%q is not one of gnet, goroutine", c.Transport)
+	}
+	if c.EventLoops < 0 {
+		bad("event_loops", "must be >= 0")
+	}
+	l := c.Limits
+	if l.MaxFrameBytes < 1024 {
+		bad("limits.max_frame_bytes", "must be at least 1024")
+	}
+	if l.MaxInFlight < 1 {
+		bad("limits.max_in_flight", "must be at least 1")
+	}
+	if l.ClientHighWaterBytes < 1 {
+		bad("limits.client_high_water_bytes", "must be positive")
+	}
+	if l.MaxBufferedBytes < l.MaxFrameBytes {
+		bad("limits.max_buffered_bytes", "must be at least limits.max_frame_bytes (%d)", l.MaxFrameBytes)
+	}
+	switch c.Log.Format {
+	case "", "json", "console":
+	default:
+		bad("log.format", "%q is not one of json, console", c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	return errors.Join(errs...)
+}
+
+var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type`)
+
+// LoadConfig reads a YAML file; unknown keys are errors that name the key and line.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("reading config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		msg := err.Error()
+		if m := unknownField.FindAllStringSubmatch(msg, -1); m != nil {
+			var parts []string
+			for _, x := range m {
+				parts = append(parts, fmt.Sprintf("line %s: unknown key %q", x[1], x[2]))
+			}
+			return c, fmt.Errorf("config %s: %s", path, strings.Join(parts, "; "))
+		}
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// AdvertiseHost is the host clients are told.
+func (c *Config) AdvertiseHost() string {
+	if c.Advertise != "" {
+		return c.Advertise
+	}
+	h, _, _ := net.SplitHostPort(c.Listen)
+	if h == "" || h == "0.0.0.0" || h == "::" {
+		return "127.0.0.1"
+	}
+	return h
+}
+
+// ListenPort is the bootstrap listener's port.
+func (c *Config) ListenPort() int {
+	_, p, _ := net.SplitHostPort(c.Listen)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// ListenHost is the host the listeners bind.
+func (c *Config) ListenHost() string {
+	h, _, _ := net.SplitHostPort(c.Listen)
+	return h
+}
+
+// BrokerPort is the proxy port that stands for node id.
+func (c *Config) BrokerPort(node int32) int {
+	if p, ok := c.BrokerPorts[node]; ok {
+		return p
+	}
+	return c.ListenPort() + 1 + int(node)
+}

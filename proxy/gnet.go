@@ -1,0 +1,293 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+
+	"offsetgate/session"
+)
+
+// gnetTransport serves plaintext client connections on gnet event loops. A client connection
+// and its upstream broker connection live on the same loop (the upstream is dialed off-loop
+// and enrolled on the client's loop), so a session is only touched by that loop's goroutine.
+type gnetTransport struct {
+	gnet.BuiltinEventEngine
+	srv *Server
+	eng gnet.Engine
+
+	booted chan struct{}
+
+	// drainMu guards waiting: connections paused until their client drains its responses.
+	// The ticker goroutine wakes them; the loop re-checks.
+	drainMu sync.Mutex
+	waiting map[*gnetClient]struct{}
+}
+
+// gnetClient is one client connection and its upstream.
+type gnetClient struct {
+	t      *gnetTransport
+	c      gnet.Conn
+	up     gnet.Conn
+	sess   *session.Session
+	log    *zap.Logger
+	node   int32 // -1: bootstrap
+	closed bool
+	reason string
+}
+
+// gnetUpstream marks an upstream connection's context.
+type gnetUpstream struct{ cl *gnetClient }
+
+// brokerTarget marks a client connection accepted on a broker listener.
+type brokerTarget struct{ node int32 }
+
+func newGnetTransport(srv *Server) *gnetTransport {
+	return &gnetTransport{srv: srv, booted: make(chan struct{}), waiting: map[*gnetClient]struct{}{}}
+}
+
+func (t *gnetTransport) run(addr string) error {
+	n := t.srv.cfg.EventLoops
+	opts := []gnet.Option{
+		gnet.WithMulticore(true),
+		gnet.WithLoadBalancing(gnet.LeastConnections),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithTicker(true),
+		gnet.WithReuseAddr(true),
+		gnet.WithLogger(t.srv.log.Named("gnet").Sugar()),
+	}
+	if n > 0 {
+		opts = append(opts, gnet.WithNumEventLoop(n))
+	}
+	return gnet.Run(t, "tcp://"+addr, opts...)
+}
+
+func (t *gnetTransport) OnBoot(eng gnet.Engine) gnet.Action {
+	t.eng = eng
+	close(t.booted)
+	return gnet.None
+}
+
+// enroll hands a connection accepted on a broker listener to the event loops.
+func (t *gnetTransport) enroll(c net.Conn, node int32) error {
+	ctx := gnet.NewNetConnContext(gnet.NewContext(context.Background(), &brokerTarget{node: node}), c)
+	_, err := t.eng.Register(ctx)
+	return err
+}
+
+func (t *gnetTransport) stop(ctx context.Context) error {
+	select {
+	case <-t.booted:
+		return t.eng.Stop(ctx)
+	default:
+		return nil
+	}
+}
+
+func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	node := int32(-1)
+	switch v := c.Context().(type) {
+	case *gnetUpstream:
+		cl := v.cl
+		if cl.closed {
+			return nil, gnet.Close
+		}
+		cl.up = c
+		// Requests that arrived while dialing are still buffered on the client side.
+		return nil, cl.clientTraffic()
+	case *brokerTarget:
+		node = v.node
+	}
+	if t.srv.draining.Load() {
+		return nil, gnet.Close
+	}
+	cl := &gnetClient{t: t, c: c, node: node}
+	cl.log = t.srv.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
+	cl.sess = session.New(t.srv.sessionConfig(cl.log), cl)
+	c.SetContext(cl)
+	t.srv.connOpened()
+	go t.dial(cl, c)
+	return nil, gnet.None
+}
+
+// dial connects to the upstream broker off the loop and enrolls the connection on the
+// client's loop.
+func (t *gnetTransport) dial(cl *gnetClient, c gnet.Conn) {
+	up, err := t.srv.dialUpstream(cl.node)
+	if err != nil {
+		cl.log.Warn("closing client: cannot reach the destination broker", zap.Error(err))
+		_ = c.Close()
+		return
+	}
+	ctx := gnet.NewContext(context.Background(), &gnetUpstream{cl: cl})
+	if _, err := c.EventLoop().Enroll(ctx, up); err != nil {
+		_ = up.Close()
+		cl.log.Warn("closing client: cannot register the upstream connection", zap.Error(err))
+		_ = c.Close()
+	}
+}
+
+func (t *gnetTransport) OnTraffic(c gnet.Conn) gnet.Action {
+	switch v := c.Context().(type) {
+	case *gnetClient:
+		return v.clientTraffic()
+	case *gnetUpstream:
+		return v.cl.upstreamTraffic()
+	}
+	return gnet.None
+}
+
+func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
+	switch v := c.Context().(type) {
+	case *gnetClient:
+		v.closed = true
+		if v.up != nil {
+			_ = v.up.Close()
+		}
+		t.drainMu.Lock()
+		delete(t.waiting, v)
+		t.drainMu.Unlock()
+		v.sess.Close()
+		reason := v.reason
+		if reason == "" {
+			reason = "client closed"
+			if err != nil {
+				reason = err.Error()
+			}
+		}
+		t.srv.connClosed(v.log, reason, err)
+	case *gnetUpstream:
+		if !v.cl.closed {
+			if v.cl.reason == "" {
+				v.cl.reason = "upstream closed"
+				if err != nil {
+					v.cl.reason = "upstream: " + err.Error()
+				}
+			}
+			_ = v.cl.c.Close()
+		}
+	}
+	return gnet.None
+}
+
+// OnTick wakes connections that paused until their client read its responses; each re-checks
+// on its own loop.
+func (t *gnetTransport) OnTick() (time.Duration, gnet.Action) {
+	t.drainMu.Lock()
+	for cl := range t.waiting {
+		_ = cl.c.Wake(nil)
+		delete(t.waiting, cl)
+	}
+	t.drainMu.Unlock()
+	return 10 * time.Millisecond, gnet.None
+}
+
+// wholeFrames reports whether conn holds at least one whole frame, so that a large frame
+// arriving in many reads is not copied out of gnet's buffer at every read.
+func wholeFrames(c gnet.Conn, size func([]byte) (int, error)) (bool, error) {
+	n := c.InboundBuffered()
+	if n < 4 {
+		return false, nil
+	}
+	p, err := c.Peek(4)
+	if err != nil {
+		return false, err
+	}
+	want, err := size(p)
+	if err != nil {
+		return false, err
+	}
+	return n >= want, nil
+}
+
+func (cl *gnetClient) clientTraffic() gnet.Action {
+	lim := cl.t.srv.cfg.Limits
+	if cl.up == nil {
+		return cl.checkBuffered(lim.MaxBufferedBytes)
+	}
+	ok, err := wholeFrames(cl.c, cl.sess.FrameSize)
+	if err != nil {
+		return cl.fail("bad client frame", err)
+	}
+	if ok {
+		buf, _ := cl.c.Peek(-1)
+		n, err := cl.sess.HandleClient(buf)
+		_, _ = cl.c.Discard(n)
+		if err != nil {
+			return cl.fail("bad client request", err)
+		}
+	}
+	if a := cl.checkBuffered(lim.MaxBufferedBytes); a != gnet.None {
+		return a
+	}
+	cl.t.srv.bufferMark(cl.c.OutboundBuffered())
+	return gnet.None
+}
+
+func (cl *gnetClient) checkBuffered(max int) gnet.Action {
+	if n := cl.c.InboundBuffered(); n > max {
+		return cl.fail("client input over the buffer cap", errors.New("unconsumed client bytes exceed limits.max_buffered_bytes"))
+	}
+	return gnet.None
+}
+
+func (cl *gnetClient) upstreamTraffic() gnet.Action {
+	ok, err := wholeFrames(cl.up, cl.sess.UpstreamFrameSize)
+	if err != nil {
+		cl.failClient("bad upstream frame", err)
+		return gnet.Close
+	}
+	if !ok {
+		return gnet.None
+	}
+	buf, _ := cl.up.Peek(-1)
+	n, err := cl.sess.HandleUpstream(buf)
+	_, _ = cl.up.Discard(n)
+	if err != nil {
+		cl.failClient("bad upstream response", err)
+		return gnet.Close
+	}
+	cl.t.srv.bufferMark(cl.c.OutboundBuffered())
+	return gnet.None
+}
+
+func (cl *gnetClient) fail(what string, err error) gnet.Action {
+	cl.reason = what + ": " + err.Error()
+	return gnet.Close
+}
+
+func (cl *gnetClient) failClient(what string, err error) {
+	cl.reason = what + ": " + err.Error()
+	_ = cl.c.Close()
+}
+
+// session.Conn
+
+func (cl *gnetClient) WriteClient(b []byte) {
+	if !cl.closed {
+		_, _ = cl.c.Write(b)
+	}
+}
+
+func (cl *gnetClient) WriteUpstream(b []byte) {
+	if cl.up != nil {
+		_, _ = cl.up.Write(b)
+	}
+}
+
+func (cl *gnetClient) ClientPending() int { return cl.c.OutboundBuffered() }
+
+func (cl *gnetClient) Resume() { _ = cl.c.Wake(nil) }
+
+func (cl *gnetClient) WaitClientDrain() {
+	cl.t.srv.metrics.pausedTotal.Inc()
+	cl.t.drainMu.Lock()
+	cl.t.waiting[cl] = struct{}{}
+	cl.t.drainMu.Unlock()
+}
+

@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// metrics are offsetgate's Prometheus metrics. Per-api-key children are resolved once, so the
+// hot path is an array index and an atomic add.
+type metrics struct {
+	connsOpen      prometheus.Gauge
+	connsTotal     prometheus.Counter
+	connsClosed    *prometheus.CounterVec
+	requests       [128]prometheus.Counter
+	requestBytes   [128]prometheus.Counter
+	responseBytes  [128]prometheus.Counter
+	latency        [128]prometheus.Observer
+	rewrites       [128]prometheus.Counter
+	localAnswers   [128]prometheus.Counter
+	upstreamErrors prometheus.Counter
+	pausedTotal    prometheus.Counter
+	bufferHigh     prometheus.Gauge
+	inFlight       prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
+	m := &metrics{
+		connsOpen:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "offsetgate_client_connections", Help: "Open client connections."}),
+		connsTotal:  prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_client_connections_total", Help: "Client connections accepted."}),
+		connsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_client_connections_closed_total", Help: "Client connections closed, by reason."}, []string{"reason"}),
+		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_connect_errors_total",
+			Help: "Failed connections to destination brokers."}),
+		pausedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_backpressure_pauses_total",
+			Help: "Times a client's requests stopped being forwarded because its unread responses were over the high-water mark."}),
+		bufferHigh: prometheus.NewGauge(prometheus.GaugeOpts{Name: "offsetgate_buffered_bytes_high_water",
+			Help: "Largest per-connection buffered byte count seen (unconsumed input or unsent output)."}),
+		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "offsetgate_requests_in_flight",
+			Help: "Requests waiting for their response, all connections."}, inFlight),
+	}
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_requests_total", Help: "Client requests, by api."}, []string{"api"})
+	reqBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_request_bytes_total", Help: "Client request bytes, by api."}, []string{"api"})
+	respBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_response_bytes_total", Help: "Response bytes sent to clients, by api."}, []string{"api"})
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "offsetgate_request_duration_seconds",
+		Help:    "Time from a request's arrival to its response leaving, by api.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"})
+	rw := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_response_rewrites_total", Help: "Responses offsetgate rewrote, by api."}, []string{"api"})
+	la := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_local_answers_total", Help: "Requests offsetgate answered itself, by api."}, []string{"api"})
+	for k := 0; k < len(m.requests); k++ {
+		name := kmsg.NameForKey(int16(k))
+		if name == "Unknown" || name == "" {
+			name = "key" + strconv.Itoa(k)
+		}
+		m.requests[k] = reqs.WithLabelValues(name)
+		m.requestBytes[k] = reqBytes.WithLabelValues(name)
+		m.responseBytes[k] = respBytes.WithLabelValues(name)
+		m.latency[k] = lat.WithLabelValues(name)
+		m.rewrites[k] = rw.WithLabelValues(name)
+		m.localAnswers[k] = la.WithLabelValues(name)
+	}
+	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.bufferHigh, m.inFlight,
+		reqs, reqBytes, respBytes, lat, rw, la)
+	return m
+}
+
+func idx(key int16) int {
+	if key < 0 || int(key) >= 128 {
+		return 127
+	}
+	return int(key)
+}
+
+// observer adapts metrics to session.Observer.
+type observer struct{ m *metrics }
+
+func (o observer) Request(key int16, bytes int) {
+	i := idx(key)
+	o.m.requests[i].Inc()
+	o.m.requestBytes[i].Add(float64(bytes))
+}
+
+func (o observer) Response(key int16, bytes int, d time.Duration) {
+	i := idx(key)
+	o.m.responseBytes[i].Add(float64(bytes))
+	o.m.latency[i].Observe(d.Seconds())
+}
+
+func (o observer) Rewrite(key int16)     { o.m.rewrites[idx(key)].Inc() }
+func (o observer) LocalAnswer(key int16) { o.m.localAnswers[idx(key)].Inc() }

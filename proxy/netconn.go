@@ -1,0 +1,274 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"offsetgate/session"
+)
+
+// netTransport serves a client connection with goroutines over net.Conn: a reader per side
+// feeds the session under the connection's lock, and a writer per side drains that side's
+// queue, so nothing blocks while the lock is held. TLS connections (crypto/tls) use it; so can
+// plaintext, which keeps the session's transport boundary honest.
+type netClient struct {
+	srv  *Server
+	log  *zap.Logger
+	node int32
+
+	mu     sync.Mutex // guards sess and the fields below
+	sess   *session.Session
+	closed bool
+	reason string
+
+	client, up net.Conn
+	toClient   *outQueue
+	toUp       *outQueue
+	resume     chan struct{}
+	done       chan struct{}
+}
+
+// serveNet runs one client connection to completion. The caller owns the goroutine.
+func (s *Server) serveNet(c net.Conn, node int32) {
+	if s.draining.Load() {
+		c.Close()
+		return
+	}
+	nc := &netClient{srv: s, node: node, client: c, resume: make(chan struct{}, 1), done: make(chan struct{})}
+	nc.log = s.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
+	nc.sess = session.New(s.sessionConfig(nc.log), nc)
+	s.connOpened()
+	up, err := s.dialUpstream(node)
+	if err != nil {
+		nc.log.Warn("closing client: cannot reach the destination broker", zap.Error(err))
+		c.Close()
+		s.connClosed(nc.log, "upstream unreachable", err)
+		return
+	}
+	nc.up = up
+	lowWater := s.cfg.Limits.ClientHighWaterBytes / 2
+	nc.toClient = newOutQueue(c, lowWater, nc.signal)
+	nc.toUp = newOutQueue(up, 0, nil)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); nc.toClient.run(); nc.close("client write failed", nil) }()
+	go func() { defer wg.Done(); nc.toUp.run(); nc.close("upstream write failed", nil) }()
+	go func() { defer wg.Done(); nc.readUpstream() }()
+	nc.readClient()
+	wg.Wait()
+	nc.mu.Lock()
+	nc.sess.Close()
+	reason := nc.reason
+	nc.mu.Unlock()
+	s.connClosed(nc.log, reason, nil)
+}
+
+func (nc *netClient) signal() {
+	select {
+	case nc.resume <- struct{}{}:
+	default:
+	}
+}
+
+func (nc *netClient) close(reason string, err error) {
+	nc.mu.Lock()
+	if nc.closed {
+		nc.mu.Unlock()
+		return
+	}
+	nc.closed = true
+	if err != nil {
+		reason += ": " + err.Error()
+	}
+	nc.reason = reason
+	nc.mu.Unlock()
+	close(nc.done)
+	nc.client.Close()
+	nc.up.Close()
+	nc.toClient.close()
+	nc.toUp.close()
+}
+
+// readLoop reads from r into a growing buffer and hands whole frames to handle; it returns
+// when reading fails or handle does.
+func readLoop(r io.Reader, max int, size func([]byte) (int, error),
+	handle func([]byte) (int, error), wait func() bool) error {
+	buf := make([]byte, 0, 64<<10)
+	for {
+		// Hand over what is whole first: a paused session leaves frames behind.
+		for len(buf) >= 4 {
+			want, err := size(buf)
+			if err != nil {
+				return err
+			}
+			if len(buf) < want {
+				if cap(buf) < want {
+					nb := make([]byte, len(buf), want)
+					copy(nb, buf)
+					buf = nb
+				}
+				break
+			}
+			n, err := handle(buf)
+			if err != nil {
+				return err
+			}
+			buf = buf[:copy(buf, buf[n:])]
+			if n == 0 {
+				// Paused: wait to be resumed before reading more.
+				if !wait() {
+					return nil
+				}
+			}
+		}
+		if len(buf) > max {
+			return errors.New("unconsumed bytes exceed limits.max_buffered_bytes")
+		}
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), 2*cap(buf))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (nc *netClient) readClient() {
+	err := readLoop(nc.client, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.FrameSize,
+		func(b []byte) (int, error) {
+			nc.mu.Lock()
+			defer nc.mu.Unlock()
+			return nc.sess.HandleClient(b)
+		},
+		func() bool {
+			select {
+			case <-nc.resume:
+				return true
+			case <-nc.done:
+				return false
+			}
+		})
+	if errors.Is(err, io.EOF) {
+		nc.close("client closed", nil)
+		return
+	}
+	nc.close("client", err)
+}
+
+func (nc *netClient) readUpstream() {
+	err := readLoop(nc.up, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.UpstreamFrameSize,
+		func(b []byte) (int, error) {
+			nc.mu.Lock()
+			defer nc.mu.Unlock()
+			return nc.sess.HandleUpstream(b)
+		},
+		func() bool { return false })
+	if errors.Is(err, io.EOF) {
+		nc.close("upstream closed", nil)
+		return
+	}
+	nc.close("upstream", err)
+}
+
+// session.Conn; called with nc.mu held.
+
+func (nc *netClient) WriteClient(b []byte)   { nc.toClient.push(b) }
+func (nc *netClient) WriteUpstream(b []byte) { nc.toUp.push(b) }
+func (nc *netClient) ClientPending() int     { return nc.toClient.pending() }
+func (nc *netClient) Resume()                { nc.signal() }
+func (nc *netClient) WaitClientDrain() {
+	nc.srv.metrics.pausedTotal.Inc()
+	nc.toClient.notifyBelowLowWater()
+}
+
+// outQueue is one side's outbound bytes and the goroutine that writes them.
+type outQueue struct {
+	w        net.Conn
+	mu       sync.Mutex
+	cond     *sync.Cond
+	bufs     net.Buffers
+	n        int
+	closed   bool
+	lowWater int
+	notify   func()
+	want     bool // notify once pending falls to lowWater
+}
+
+func newOutQueue(w net.Conn, lowWater int, notify func()) *outQueue {
+	q := &outQueue{w: w, lowWater: lowWater, notify: notify}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *outQueue) push(b []byte) {
+	cp := append([]byte(nil), b...)
+	q.mu.Lock()
+	q.bufs = append(q.bufs, cp)
+	q.n += len(cp)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *outQueue) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+func (q *outQueue) notifyBelowLowWater() {
+	q.mu.Lock()
+	now := q.n <= q.lowWater
+	q.want = !now
+	q.mu.Unlock()
+	if now && q.notify != nil {
+		q.notify()
+	}
+}
+
+func (q *outQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+func (q *outQueue) run() {
+	for {
+		q.mu.Lock()
+		for len(q.bufs) == 0 && !q.closed {
+			q.cond.Wait()
+		}
+		if q.closed {
+			q.mu.Unlock()
+			return
+		}
+		bufs := q.bufs
+		q.bufs = nil
+		q.mu.Unlock()
+		n := 0
+		for _, b := range bufs {
+			n += len(b)
+		}
+		if _, err := bufs.WriteTo(q.w); err != nil {
+			return
+		}
+		q.mu.Lock()
+		q.n -= n
+		fire := q.want && q.n <= q.lowWater && q.notify != nil
+		if fire {
+			q.want = false
+		}
+		q.mu.Unlock()
+		if fire {
+			q.notify()
+		}
+	}
+}

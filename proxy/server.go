@@ -1,0 +1,328 @@
+// Package proxy runs offsetgate's listeners: a bootstrap listener and one listener per
+// destination broker, the transports that carry client connections (gnet event loops for
+// plaintext, goroutines over net.Conn for TLS), the upstream connections, and the admin HTTP
+// endpoint (metrics, health). Protocol handling lives in package session.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"offsetgate/session"
+)
+
+// Server is a running offsetgate proxy.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	metrics *metrics
+	reg     *prometheus.Registry
+	brokers *brokers
+
+	gnet     *gnetTransport
+	draining atomic.Bool
+	inFlight atomic.Int64
+	bufHigh  atomic.Int64
+
+	mu        sync.Mutex
+	listeners map[int32]net.Listener // broker listeners, by node id
+	bootstrap net.Listener           // goroutine transport only
+	wg        sync.WaitGroup         // accept loops and goroutine-transport connections
+	ready     chan struct{}          // closed once listeners are up
+	bootAddr  string
+}
+
+// New checks cfg and prepares a server; Run starts it.
+func New(cfg Config, log *zap.Logger) (*Server, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[int32]net.Listener{}, ready: make(chan struct{})}
+	s.metrics = newMetrics(s.reg, func() float64 { return float64(s.inFlight.Load()) })
+	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	s.brokers = newBrokers(&s.cfg, log.Named("brokers"))
+	return s, nil
+}
+
+// Registry is the server's metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Ready is closed once the listeners accept connections.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// BootstrapAddr is the bootstrap listener's address.
+func (s *Server) BootstrapAddr() string { return s.cfg.Listen }
+
+func (s *Server) sessionConfig(log *zap.Logger) session.Config {
+	return session.Config{
+		MaxFrame:        s.cfg.Limits.MaxFrameBytes,
+		MaxInFlight:     s.cfg.Limits.MaxInFlight,
+		ClientHighWater: s.cfg.Limits.ClientHighWaterBytes,
+		Addresses:       s.brokers,
+		Observer:        observer{s.metrics},
+		Log:             log,
+		Draining:        s.draining.Load,
+		InFlight:        &s.inFlight,
+	}
+}
+
+// Run serves until ctx ends, then drains in-flight requests (up to limits.drain_timeout) and
+// stops. It returns an error when a listener cannot start.
+func (s *Server) Run(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var admin *http.Server
+	if s.cfg.Admin != "" {
+		l, err := net.Listen("tcp", s.cfg.Admin)
+		if err != nil {
+			return fmt.Errorf("admin listener %s: %w", s.cfg.Admin, err)
+		}
+		admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); _ = admin.Serve(l) }()
+	}
+
+	errc := make(chan error, 1)
+	switch s.cfg.Transport {
+	case "gnet":
+		s.gnet = newGnetTransport(s)
+		go func() { errc <- s.gnet.run(s.cfg.Listen) }()
+		select {
+		case <-s.gnet.booted:
+		case err := <-errc:
+			return fmt.Errorf("bootstrap listener %s: %w", s.cfg.Listen, err)
+		}
+	case "goroutine":
+		l, err := net.Listen("tcp", s.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("bootstrap listener %s: %w", s.cfg.Listen, err)
+		}
+		s.bootstrap = l
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.accept(l, -1) }()
+	}
+
+	// Learn the destination's brokers and keep their listeners up.
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.refreshLoop(runCtx) }()
+	s.log.Info("offsetgate listening", zap.String("bootstrap", s.cfg.Listen), zap.String("advertise", s.cfg.AdvertiseHost()),
+		zap.Strings("destination", s.cfg.Bootstrap), zap.String("transport", s.cfg.Transport))
+	close(s.ready)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.shutdown(admin)
+	cancel()
+	s.wg.Wait()
+	return runErr
+}
+
+// shutdown stops taking connections and requests, waits for in-flight requests, and closes.
+func (s *Server) shutdown(admin *http.Server) {
+	s.draining.Store(true)
+	s.mu.Lock()
+	for _, l := range s.listeners {
+		l.Close()
+	}
+	if s.bootstrap != nil {
+		s.bootstrap.Close()
+	}
+	s.mu.Unlock()
+	deadline := time.Now().Add(s.cfg.Limits.DrainTimeout)
+	for s.inFlight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.inFlight.Load(); n > 0 {
+		s.log.Warn("drain timeout: closing with requests in flight", zap.Int64("in_flight", n))
+	} else {
+		s.log.Info("drained: no request in flight")
+	}
+	if s.gnet != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.gnet.stop(ctx)
+		cancel()
+	}
+	if admin != nil {
+		_ = admin.Close()
+	}
+}
+
+func (s *Server) refreshLoop(ctx context.Context) {
+	delay := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+			if err := s.brokers.refresh(ctx); err != nil {
+				s.log.Warn("destination metadata refresh failed", zap.Error(err))
+				delay = 2 * time.Second
+			} else {
+				delay = 30 * time.Second
+			}
+		case <-s.brokers.seen:
+		}
+		s.ensureListeners()
+	}
+}
+
+// ensureListeners opens a listener for every known broker that has none.
+func (s *Server) ensureListeners() {
+	for _, node := range s.brokers.nodes() {
+		s.mu.Lock()
+		_, ok := s.listeners[node]
+		s.mu.Unlock()
+		if ok || s.draining.Load() {
+			continue
+		}
+		addr := net.JoinHostPort(s.cfg.ListenHost(), strconv.Itoa(s.cfg.BrokerPort(node)))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			s.log.Error("cannot open the listener for a destination broker", zap.Int32("node", node), zap.String("addr", addr), zap.Error(err))
+			continue
+		}
+		s.mu.Lock()
+		s.listeners[node] = l
+		s.mu.Unlock()
+		s.log.Info("broker listener up", zap.Int32("node", node), zap.String("addr", addr))
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.accept(l, node) }()
+	}
+}
+
+// accept takes connections from a Go listener and hands them to the transport.
+func (s *Server) accept(l net.Listener, node int32) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("accept failed", zap.Error(err))
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			return
+		}
+		if s.draining.Load() {
+			c.Close()
+			continue
+		}
+		if s.gnet != nil {
+			if err := s.gnet.enroll(c, node); err != nil {
+				s.log.Warn("cannot hand a connection to the event loops", zap.Error(err))
+				c.Close()
+			}
+			continue
+		}
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.serveNet(c, node) }()
+	}
+}
+
+// dialUpstream connects to the broker a listener stands for (node -1: a bootstrap broker,
+// trying each in turn). It blocks: never call it on an event loop.
+func (s *Server) dialUpstream(node int32) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*s.cfg.Limits.DialTimeout)
+	defer cancel()
+	attempts := 1
+	if node < 0 {
+		attempts = len(s.cfg.Bootstrap)
+	}
+	var last error
+	for i := 0; i < attempts; i++ {
+		addr, err := s.brokers.resolve(ctx, node, i)
+		if err != nil {
+			last = err
+			continue
+		}
+		d := net.Dialer{Timeout: s.cfg.Limits.DialTimeout}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetNoDelay(true)
+			}
+			return c, nil
+		}
+		last = err
+	}
+	s.metrics.upstreamErrors.Inc()
+	return nil, last
+}
+
+func (s *Server) connOpened() {
+	s.metrics.connsOpen.Inc()
+	s.metrics.connsTotal.Inc()
+}
+
+func (s *Server) connClosed(log *zap.Logger, reason string, err error) {
+	s.metrics.connsOpen.Dec()
+	r := "normal"
+	switch {
+	case reason == "client closed" || reason == "":
+	case len(reason) >= 3 && reason[:3] == "bad":
+		r = "protocol_error"
+	case len(reason) >= 8 && reason[:8] == "upstream":
+		r = "upstream"
+	default:
+		r = "other"
+	}
+	s.metrics.connsClosed.WithLabelValues(r).Inc()
+	if r == "normal" {
+		log.Debug("connection closed", zap.String("reason", reason))
+	} else {
+		log.Info("connection closed", zap.String("reason", reason))
+	}
+}
+
+// bufferMark records a per-connection buffered byte count for the high-water gauge.
+func (s *Server) bufferMark(n int) {
+	for {
+		cur := s.bufHigh.Load()
+		if int64(n) <= cur {
+			return
+		}
+		if s.bufHigh.CompareAndSwap(cur, int64(n)) {
+			s.metrics.bufferHigh.Set(float64(n))
+			return
+		}
+	}
+}
+
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		if !s.brokers.isReady() {
+			http.Error(w, "destination cluster not reached yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
