@@ -1,0 +1,227 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"offsetgate/internal/testkafka"
+	"offsetgate/proxy"
+)
+
+func TestMain(m *testing.M) { testkafka.Main(m) }
+
+// running is a proxy started for one test.
+type running struct {
+	srv  *proxy.Server
+	cfg  proxy.Config
+	addr string
+	stop func()
+}
+
+// freeBase finds a port p such that p and the broker ports p+1+id of the cluster's nodes are
+// free on loopback.
+func freeBase(t *testing.T, c *testkafka.Cluster) int {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		p := 20000 + rand.IntN(30000)
+		ok := true
+		ports := []int{p}
+		for _, n := range c.Nodes {
+			ports = append(ports, p+1+int(n.ID))
+		}
+		var ls []net.Listener
+		for _, q := range ports {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+func startProxy(t *testing.T, dest *testkafka.Cluster, transport string, mutate func(*proxy.Config)) *running {
+	t.Helper()
+	base := freeBase(t, dest)
+	cfg := proxy.Config{
+		Listen:    "127.0.0.1:" + strconv.Itoa(base),
+		Bootstrap: dest.Addrs(),
+		Transport: transport,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := proxy.New(cfg, zaptest.NewLogger(t).Named(transport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("proxy did not start: %v", err)
+	}
+	r := &running{srv: srv, cfg: cfg, addr: cfg.Listen}
+	stopped := false
+	r.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("proxy stopped with %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("proxy did not stop")
+		}
+	}
+	t.Cleanup(r.stop)
+	// Wait for the broker listeners.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range dest.Nodes {
+		addr := fmt.Sprintf("127.0.0.1:%d", base+1+int(n.ID))
+		for {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("broker listener %s never came up", addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return r
+}
+
+// proxyPorts are the ports a client may legitimately be told about.
+func (r *running) ports(dest *testkafka.Cluster) map[string]bool {
+	out := map[string]bool{r.addr: true}
+	for _, n := range dest.Nodes {
+		out[fmt.Sprintf("127.0.0.1:%d", r.cfg.BrokerPort(n.ID))] = true
+	}
+	return out
+}
+
+func (r *running) metric(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := r.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return findMetric(mfs, name, labels)
+}
+
+func findMetric(mfs []*dto.MetricFamily, name string, labels map[string]string) float64 {
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			switch {
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// recordKey identifies a record for comparisons between clients.
+type rec struct {
+	Partition int32
+	Offset    int64
+	Key       string
+	Value     string
+}
+
+func franzClient(t *testing.T, addrs []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func produce(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, n int, prefix string) {
+	t.Helper()
+	var rs []*kgo.Record
+	for i := 0; i < n; i++ {
+		rs = append(rs, &kgo.Record{Topic: topic, Key: []byte(fmt.Sprintf("%s-k%d", prefix, i)), Value: []byte(fmt.Sprintf("%s-v%d", prefix, i))})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce to %s: %v", topic, err)
+	}
+}
+
+// consumeAll reads n records of topic from the start of every partition.
+func consumeAll(ctx context.Context, t *testing.T, addrs []string, topic string, n int, opts ...kgo.Opt) []rec {
+	t.Helper()
+	cl := franzClient(t, addrs, append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted())}, opts...)...)
+	var out []rec
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records of %s: %v", len(out), n, topic, ctx.Err())
+		}
+		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s[%d]: %v", tp, p, err) })
+		for _, r := range fs.Records() {
+			out = append(out, rec{r.Partition, r.Offset, string(r.Key), string(r.Value)})
+		}
+	}
+	sortRecs(out)
+	return out
+}
+
+func sortRecs(rs []rec) {
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].Partition != rs[j].Partition {
+			return rs[i].Partition < rs[j].Partition
+		}
+		return rs[i].Offset < rs[j].Offset
+	})
+}
