@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
 	"time"
@@ -22,6 +21,10 @@ type gnetTransport struct {
 	eng gnet.Engine
 
 	booted chan struct{}
+	// started is closed at the first tick: gnet calls OnBoot before it registers its event
+	// loops, and the ticker goroutine starts after, so only then may connections be enrolled.
+	started     chan struct{}
+	startedOnce sync.Once
 
 	// drainMu guards waiting: connections paused until their client drains its responses.
 	// The ticker goroutine wakes them; the loop re-checks.
@@ -38,7 +41,9 @@ type gnetClient struct {
 	log    *zap.Logger
 	node   int32 // -1: bootstrap
 	closed bool
-	reason string
+	// side and err say who ended the connection and why, for the one log line.
+	side string
+	err  error
 }
 
 // gnetUpstream marks an upstream connection's context.
@@ -48,7 +53,7 @@ type gnetUpstream struct{ cl *gnetClient }
 type brokerTarget struct{ node int32 }
 
 func newGnetTransport(srv *Server) *gnetTransport {
-	return &gnetTransport{srv: srv, booted: make(chan struct{}), waiting: map[*gnetClient]struct{}{}}
+	return &gnetTransport{srv: srv, booted: make(chan struct{}), started: make(chan struct{}), waiting: map[*gnetClient]struct{}{}}
 }
 
 func (t *gnetTransport) run(addr string) error {
@@ -153,21 +158,14 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 		delete(t.waiting, v)
 		t.drainMu.Unlock()
 		v.sess.Close()
-		reason := v.reason
-		if reason == "" {
-			reason = "client closed"
-			if err != nil {
-				reason = err.Error()
-			}
+		if v.side == "" {
+			v.side, v.err = "client", err
 		}
-		t.srv.connClosed(v.log, reason, err)
+		t.srv.connClosed(v.log, v.side, v.err)
 	case *gnetUpstream:
 		if !v.cl.closed {
-			if v.cl.reason == "" {
-				v.cl.reason = "upstream closed"
-				if err != nil {
-					v.cl.reason = "upstream: " + err.Error()
-				}
+			if v.cl.side == "" {
+				v.cl.side, v.cl.err = "upstream", err
 			}
 			_ = v.cl.c.Close()
 		}
@@ -178,6 +176,7 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 // OnTick wakes connections that paused until their client read its responses; each re-checks
 // on its own loop.
 func (t *gnetTransport) OnTick() (time.Duration, gnet.Action) {
+	t.startedOnce.Do(func() { close(t.started) })
 	t.drainMu.Lock()
 	for cl := range t.waiting {
 		_ = cl.c.Wake(nil)
@@ -212,14 +211,14 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 	}
 	ok, err := wholeFrames(cl.c, cl.sess.FrameSize)
 	if err != nil {
-		return cl.fail("bad client frame", err)
+		return cl.fail("client", err)
 	}
 	if ok {
 		buf, _ := cl.c.Peek(-1)
 		n, err := cl.sess.HandleClient(buf)
-		_, _ = cl.c.Discard(n)
+		discard(cl.c, n)
 		if err != nil {
-			return cl.fail("bad client request", err)
+			return cl.fail("client", err)
 		}
 	}
 	if a := cl.checkBuffered(lim.MaxBufferedBytes); a != gnet.None {
@@ -231,7 +230,7 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 
 func (cl *gnetClient) checkBuffered(max int) gnet.Action {
 	if n := cl.c.InboundBuffered(); n > max {
-		return cl.fail("client input over the buffer cap", errors.New("unconsumed client bytes exceed limits.max_buffered_bytes"))
+		return cl.fail("client", errBufferCap)
 	}
 	return gnet.None
 }
@@ -239,7 +238,7 @@ func (cl *gnetClient) checkBuffered(max int) gnet.Action {
 func (cl *gnetClient) upstreamTraffic() gnet.Action {
 	ok, err := wholeFrames(cl.up, cl.sess.UpstreamFrameSize)
 	if err != nil {
-		cl.failClient("bad upstream frame", err)
+		cl.failClient("upstream", err)
 		return gnet.Close
 	}
 	if !ok {
@@ -247,22 +246,22 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 	}
 	buf, _ := cl.up.Peek(-1)
 	n, err := cl.sess.HandleUpstream(buf)
-	_, _ = cl.up.Discard(n)
+	discard(cl.up, n)
 	if err != nil {
-		cl.failClient("bad upstream response", err)
+		cl.failClient("upstream", err)
 		return gnet.Close
 	}
 	cl.t.srv.bufferMark(cl.c.OutboundBuffered())
 	return gnet.None
 }
 
-func (cl *gnetClient) fail(what string, err error) gnet.Action {
-	cl.reason = what + ": " + err.Error()
+func (cl *gnetClient) fail(side string, err error) gnet.Action {
+	cl.side, cl.err = side, err
 	return gnet.Close
 }
 
-func (cl *gnetClient) failClient(what string, err error) {
-	cl.reason = what + ": " + err.Error()
+func (cl *gnetClient) failClient(side string, err error) {
+	cl.side, cl.err = side, err
 	_ = cl.c.Close()
 }
 
@@ -291,3 +290,10 @@ func (cl *gnetClient) WaitClientDrain() {
 	cl.t.drainMu.Unlock()
 }
 
+// discard drops n consumed bytes. gnet's Discard(0) drops everything buffered, so zero must
+// not reach it.
+func discard(c gnet.Conn, n int) {
+	if n > 0 {
+		_, _ = c.Discard(n)
+	}
+}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -23,7 +22,8 @@ type netClient struct {
 	mu     sync.Mutex // guards sess and the fields below
 	sess   *session.Session
 	closed bool
-	reason string
+	side   string // who ended the connection, and why
+	err    error
 
 	client, up net.Conn
 	toClient   *outQueue
@@ -46,7 +46,7 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 	if err != nil {
 		nc.log.Warn("closing client: cannot reach the destination broker", zap.Error(err))
 		c.Close()
-		s.connClosed(nc.log, "upstream unreachable", err)
+		s.connClosed(nc.log, "upstream", err)
 		return
 	}
 	nc.up = up
@@ -55,16 +55,16 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 	nc.toUp = newOutQueue(up, 0, nil)
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); nc.toClient.run(); nc.close("client write failed", nil) }()
-	go func() { defer wg.Done(); nc.toUp.run(); nc.close("upstream write failed", nil) }()
+	go func() { defer wg.Done(); nc.close("client", nc.toClient.run()) }()
+	go func() { defer wg.Done(); nc.close("upstream", nc.toUp.run()) }()
 	go func() { defer wg.Done(); nc.readUpstream() }()
 	nc.readClient()
 	wg.Wait()
 	nc.mu.Lock()
 	nc.sess.Close()
-	reason := nc.reason
+	side, cerr := nc.side, nc.err
 	nc.mu.Unlock()
-	s.connClosed(nc.log, reason, nil)
+	s.connClosed(nc.log, side, cerr)
 }
 
 func (nc *netClient) signal() {
@@ -74,17 +74,15 @@ func (nc *netClient) signal() {
 	}
 }
 
-func (nc *netClient) close(reason string, err error) {
+// close ends both sides once; the first caller's side and error are the ones logged.
+func (nc *netClient) close(side string, err error) {
 	nc.mu.Lock()
 	if nc.closed {
 		nc.mu.Unlock()
 		return
 	}
 	nc.closed = true
-	if err != nil {
-		reason += ": " + err.Error()
-	}
-	nc.reason = reason
+	nc.side, nc.err = side, err
 	nc.mu.Unlock()
 	close(nc.done)
 	nc.client.Close()
@@ -126,7 +124,7 @@ func readLoop(r io.Reader, max int, size func([]byte) (int, error),
 			}
 		}
 		if len(buf) > max {
-			return errors.New("unconsumed bytes exceed limits.max_buffered_bytes")
+			return errBufferCap
 		}
 		if len(buf) == cap(buf) {
 			nb := make([]byte, len(buf), 2*cap(buf))
@@ -156,10 +154,6 @@ func (nc *netClient) readClient() {
 				return false
 			}
 		})
-	if errors.Is(err, io.EOF) {
-		nc.close("client closed", nil)
-		return
-	}
 	nc.close("client", err)
 }
 
@@ -171,10 +165,6 @@ func (nc *netClient) readUpstream() {
 			return nc.sess.HandleUpstream(b)
 		},
 		func() bool { return false })
-	if errors.Is(err, io.EOF) {
-		nc.close("upstream closed", nil)
-		return
-	}
 	nc.close("upstream", err)
 }
 
@@ -240,7 +230,8 @@ func (q *outQueue) close() {
 	q.cond.Broadcast()
 }
 
-func (q *outQueue) run() {
+// run writes queued bytes until the queue is closed (nil) or a write fails (the error).
+func (q *outQueue) run() error {
 	for {
 		q.mu.Lock()
 		for len(q.bufs) == 0 && !q.closed {
@@ -248,7 +239,7 @@ func (q *outQueue) run() {
 		}
 		if q.closed {
 			q.mu.Unlock()
-			return
+			return nil
 		}
 		bufs := q.bufs
 		q.bufs = nil
@@ -258,7 +249,7 @@ func (q *outQueue) run() {
 			n += len(b)
 		}
 		if _, err := bufs.WriteTo(q.w); err != nil {
-			return
+			return err
 		}
 		q.mu.Lock()
 		q.n -= n

@@ -8,11 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,7 +106,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.gnet = newGnetTransport(s)
 		go func() { errc <- s.gnet.run(s.cfg.Listen) }()
 		select {
-		case <-s.gnet.booted:
+		case <-s.gnet.started:
 		case err := <-errc:
 			return fmt.Errorf("bootstrap listener %s: %w", s.cfg.Listen, err)
 		}
@@ -272,24 +274,37 @@ func (s *Server) connOpened() {
 	s.metrics.connsTotal.Inc()
 }
 
-func (s *Server) connClosed(log *zap.Logger, reason string, err error) {
-	s.metrics.connsOpen.Dec()
-	r := "normal"
+// errBufferCap closes a connection whose unconsumed input exceeds limits.max_buffered_bytes.
+var errBufferCap = errors.New("unconsumed bytes exceed limits.max_buffered_bytes")
+
+// closeKind labels why a connection ended, for the metric and the log level.
+func closeKind(side string, err error) string {
 	switch {
-	case reason == "client closed" || reason == "":
-	case len(reason) >= 3 && reason[:3] == "bad":
-		r = "protocol_error"
-	case len(reason) >= 8 && reason[:8] == "upstream":
-		r = "upstream"
+	case errors.Is(err, session.ErrFrame):
+		return "protocol_error"
+	case errors.Is(err, errBufferCap):
+		return "limit"
+	case side == "upstream":
+		return "upstream"
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "normal"
 	default:
-		r = "other"
+		return "other"
 	}
-	s.metrics.connsClosed.WithLabelValues(r).Inc()
-	if r == "normal" {
-		log.Debug("connection closed", zap.String("reason", reason))
-	} else {
-		log.Info("connection closed", zap.String("reason", reason))
+}
+
+// connClosed logs a connection's end once and counts it. side says which end failed first
+// ("client" or "upstream").
+func (s *Server) connClosed(log *zap.Logger, side string, err error) {
+	s.metrics.connsOpen.Dec()
+	kind := closeKind(side, err)
+	s.metrics.connsClosed.WithLabelValues(kind).Inc()
+	if kind == "normal" {
+		log.Debug("connection closed", zap.String("by", side))
+		return
 	}
+	log.Info("connection closed", zap.String("kind", kind), zap.String("by", side), zap.Error(err))
 }
 
 // bufferMark records a per-connection buffered byte count for the high-water gauge.
