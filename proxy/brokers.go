@@ -17,8 +17,9 @@ import (
 // them. Event loops read and update it from rewrites (session.Addresses); the refresher keeps
 // it current with offsetgate's own Metadata requests.
 type brokers struct {
-	cfg *Config
-	log *zap.Logger
+	cfg  *Config
+	log  *zap.Logger
+	opts []kgo.Opt // TLS and SASL for offsetgate's own client
 
 	mu   sync.RWMutex
 	real map[int32]string // node id -> real host:port
@@ -29,8 +30,8 @@ type brokers struct {
 	readyOnce sync.Once
 }
 
-func newBrokers(cfg *Config, log *zap.Logger) *brokers {
-	return &brokers{cfg: cfg, log: log, real: map[int32]string{}, seen: make(chan struct{}, 1), ready: make(chan struct{})}
+func newBrokers(cfg *Config, log *zap.Logger, opts []kgo.Opt) *brokers {
+	return &brokers{cfg: cfg, log: log, opts: opts, real: map[int32]string{}, seen: make(chan struct{}, 1), ready: make(chan struct{})}
 }
 
 // Broker implements session.Addresses: it records the real address and returns the proxy's.
@@ -93,8 +94,8 @@ func (b *brokers) resolve(ctx context.Context, node int32, attempt int) (string,
 
 // refresh asks the destination for its brokers with offsetgate's own Metadata request.
 func (b *brokers) refresh(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Bootstrap...), kgo.DialTimeout(b.cfg.Limits.DialTimeout),
-		kgo.RequestRetries(1), kgo.RetryTimeout(5*time.Second))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Bootstrap...), kgo.DialTimeout(b.cfg.Limits.DialTimeout),
+		kgo.RequestRetries(1), kgo.RetryTimeout(5 * time.Second)}, b.opts...)...)
 	if err != nil {
 		return err
 	}

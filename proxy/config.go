@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	ogtls "offsetgate/tls"
 )
 
 // Config is offsetgate serve's configuration (YAML; see examples/offsetgate.yaml).
@@ -28,14 +30,26 @@ type Config struct {
 	BrokerPorts map[int32]int `yaml:"broker_ports"`
 	// Admin is the listener for /metrics, /healthz and /readyz; empty turns it off.
 	Admin string `yaml:"admin"`
-	// Transport is "gnet" (event loops, the default) or "goroutine" (a goroutine pair per
-	// connection; what TLS uses).
+	// Transport is "gnet" (event loops) or "goroutine" (goroutines per connection). Empty
+	// picks gnet for plaintext on both sides and goroutines when TLS is on either side (gnet has
+	// no TLS).
 	Transport string `yaml:"transport"`
 	// EventLoops is the number of gnet event loops; 0 means one per CPU.
 	EventLoops int `yaml:"event_loops"`
 
+	TLS TLSConfig `yaml:"tls"`
+	// UpstreamSASL is offsetgate's own login for the requests it makes itself (metadata).
+	UpstreamSASL *SASLConfig       `yaml:"upstream_sasl"`
+	Identities   IdentitiesConfig `yaml:"identities"`
+
 	Limits Limits    `yaml:"limits"`
 	Log    LogConfig `yaml:"log"`
+}
+
+// TLSConfig turns TLS on for clients (Listener) and towards the destination (Upstream).
+type TLSConfig struct {
+	Listener *ogtls.ServerConfig `yaml:"listener"`
+	Upstream ogtls.ClientConfig  `yaml:"upstream"`
 }
 
 // Limits bound what one connection may hold.
@@ -59,6 +73,9 @@ type LogConfig struct {
 func (c *Config) Defaults() {
 	if c.Transport == "" {
 		c.Transport = "gnet"
+		if c.TLS.Listener != nil || c.TLS.Upstream.Enabled {
+			c.Transport = "goroutine"
+		}
 	}
 	l := &c.Limits
 	if l.MaxFrameBytes == 0 {
@@ -116,9 +133,38 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch c.Transport {
-	case "gnet", "goroutine":
+	case "gnet":
+		if c.TLS.Listener != nil || c.TLS.Upstream.Enabled {
+			bad("transport", "gnet carries plaintext only; TLS connections need the goroutine transport (leave transport empty)")
+		}
+	case "goroutine":
 	default:
 		bad("transport", "%q is not one of gnet, goroutine", c.Transport)
+	}
+	if c.TLS.Listener != nil {
+		if err := c.TLS.Listener.Validate("tls.listener"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.TLS.Upstream.Validate("tls.upstream"); err != nil {
+		errs = append(errs, err)
+	}
+	if c.UpstreamSASL != nil {
+		if err := c.UpstreamSASL.validate("upstream_sasl"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, m := range c.Identities.MTLSUpstream {
+		key := fmt.Sprintf("identities.mtls_upstream[%d]", i)
+		if (m.Subject == "") == (m.SAN == "") {
+			bad(key, "give exactly one of subject, san")
+		}
+		if err := m.SASL.validate(key + ".sasl"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(c.Identities.MTLSUpstream) > 0 && (c.TLS.Listener == nil || c.TLS.Listener.ClientAuth == "" || c.TLS.Listener.ClientAuth == "none") {
+		bad("identities.mtls_upstream", "needs tls.listener with client_auth request or require")
 	}
 	if c.EventLoops < 0 {
 		bad("event_loops", "must be >= 0")

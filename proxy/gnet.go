@@ -9,6 +9,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"offsetgate/rules"
 	"offsetgate/session"
 )
 
@@ -113,7 +114,8 @@ func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	cl := &gnetClient{t: t, c: c, node: node}
 	cl.log = t.srv.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
-	cl.sess = session.New(t.srv.sessionConfig(cl.log), cl)
+	cl.sess = session.New(t.srv.sessionConfig(cl.log, false), cl)
+	cl.sess.SetIdentity(rules.Identity{Addr: c.RemoteAddr().String()})
 	c.SetContext(cl)
 	t.srv.connOpened()
 	go t.dial(cl, c)

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"context"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -38,15 +41,39 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		c.Close()
 		return
 	}
-	nc := &netClient{srv: s, node: node, client: c, resume: make(chan struct{}, 1), done: make(chan struct{})}
-	nc.log = s.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
-	nc.sess = session.New(s.sessionConfig(nc.log), nc)
+	log := s.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
 	s.connOpened()
+	if s.srvTLS != nil {
+		tc := tls.Server(c, s.srvTLS.Config())
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TLS.Listener.Timeout())
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			c.Close()
+			s.connClosed(log, "client", fmt.Errorf("%w: %v", errTLSHandshake, err))
+			return
+		}
+		c = tc
+	}
+	id := identityOf(c)
+	creds := s.mapping(id)
+	nc := &netClient{srv: s, node: node, client: c, resume: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	nc.sess = session.New(s.sessionConfig(nc.log, creds != nil), nc)
+	nc.sess.SetIdentity(id)
 	up, err := s.dialUpstream(node)
+	if err == nil && creds != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*s.cfg.Limits.DialTimeout)
+		err = saslLogin(ctx, up, creds)
+		cancel()
+		if err != nil {
+			up.Close()
+			err = fmt.Errorf("logging in to the destination as the mapped identity of %s: %w", id, err)
+		}
+	}
 	if err != nil {
-		nc.log.Warn("closing client: cannot reach the destination broker", zap.Error(err))
 		c.Close()
-		s.connClosed(nc.log, "upstream", err)
+		s.metrics.upstreamErrors.Inc()
+		s.connClosed(log, "upstream", err)
 		return
 	}
 	nc.up = up
@@ -64,7 +91,7 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 	nc.sess.Close()
 	side, cerr := nc.side, nc.err
 	nc.mu.Unlock()
-	s.connClosed(nc.log, side, cerr)
+	s.connClosed(log, side, cerr)
 }
 
 func (nc *netClient) signal() {

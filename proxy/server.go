@@ -17,11 +17,14 @@ import (
 	"syscall"
 	"time"
 
+	"crypto/tls"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"offsetgate/session"
+	ogtls "offsetgate/tls"
 )
 
 // Server is a running offsetgate proxy.
@@ -31,6 +34,8 @@ type Server struct {
 	metrics *metrics
 	reg     *prometheus.Registry
 	brokers *brokers
+	srvTLS  *ogtls.Server // nil: plaintext clients
+	upTLS   *ogtls.Client // nil: plaintext to the destination
 
 	gnet     *gnetTransport
 	draining atomic.Bool
@@ -57,7 +62,29 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[int32]net.Listener{}, ready: make(chan struct{})}
 	s.metrics = newMetrics(s.reg, func() float64 { return float64(s.inFlight.Load()) })
 	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	s.brokers = newBrokers(&s.cfg, log.Named("brokers"))
+	onErr := func(err error) { log.Error("certificate reload failed; the previous certificate stays in use", zap.Error(err)) }
+	if cfg.TLS.Listener != nil {
+		t, err := ogtls.NewServer(*cfg.TLS.Listener, onErr)
+		if err != nil {
+			return nil, err
+		}
+		s.srvTLS = t
+	}
+	if cfg.TLS.Upstream.Enabled {
+		t, err := ogtls.NewClient(cfg.TLS.Upstream, onErr)
+		if err != nil {
+			return nil, err
+		}
+		s.upTLS = t
+	}
+	opts, err := s.ownClientOpts()
+	if err != nil {
+		return nil, err
+	}
+	s.brokers = newBrokers(&s.cfg, log.Named("brokers"), opts)
+	if s.lendsIdentity() && s.cfg.Identities.AllowSharedUpstreamIdentity {
+		log.Warn("identities.allow_shared_upstream_identity is on: clients that do not log in with SASL act on the destination with offsetgate's own certificate")
+	}
 	return s, nil
 }
 
@@ -70,8 +97,10 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 // BootstrapAddr is the bootstrap listener's address.
 func (s *Server) BootstrapAddr() string { return s.cfg.Listen }
 
-func (s *Server) sessionConfig(log *zap.Logger) session.Config {
+func (s *Server) sessionConfig(log *zap.Logger, mapped bool) session.Config {
 	return session.Config{
+		Admit:           s.admit(mapped),
+		OnIdentity:      s.logIdentity(log),
 		MaxFrame:        s.cfg.Limits.MaxFrameBytes,
 		MaxInFlight:     s.cfg.Limits.MaxInFlight,
 		ClientHighWater: s.cfg.Limits.ClientHighWaterBytes,
@@ -261,7 +290,16 @@ func (s *Server) dialUpstream(node int32) (net.Conn, error) {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetNoDelay(true)
 			}
-			return c, nil
+			if s.upTLS == nil {
+				return c, nil
+			}
+			host, _, _ := net.SplitHostPort(addr)
+			tc := tls.Client(c, s.upTLS.Config(host))
+			if err = tc.HandshakeContext(ctx); err == nil {
+				return tc, nil
+			}
+			c.Close()
+			err = fmt.Errorf("TLS to destination broker %s: %w", addr, err)
 		}
 		last = err
 	}
@@ -274,6 +312,9 @@ func (s *Server) connOpened() {
 	s.metrics.connsTotal.Inc()
 }
 
+// errTLSHandshake marks a failed client TLS handshake.
+var errTLSHandshake = errors.New("TLS handshake failed")
+
 // errBufferCap closes a connection whose unconsumed input exceeds limits.max_buffered_bytes.
 var errBufferCap = errors.New("unconsumed bytes exceed limits.max_buffered_bytes")
 
@@ -284,6 +325,10 @@ func closeKind(side string, err error) string {
 		return "protocol_error"
 	case errors.Is(err, errBufferCap):
 		return "limit"
+	case errors.Is(err, errTLSHandshake):
+		return "tls"
+	case errors.Is(err, session.ErrForbidden):
+		return "forbidden"
 	case side == "upstream":
 		return "upstream"
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed),

@@ -11,6 +11,8 @@ type rewriteFunc func(s *Session, version int16, body []byte) (nb []byte, change
 // handler is what offsetgate does for one api key beyond forwarding bytes. Each api key with a
 // handler has a file of its own, named after the key (00_produce.go, 03_metadata.go, ...).
 type handler struct {
+	// request looks at a request before it is forwarded (it never changes it).
+	request func(s *Session, h reqHeader, body []byte) error
 	// noResponse reports that a request gets no response (acks=0 Produce).
 	noResponse func(h reqHeader, body []byte) bool
 	// response rewrites the response of versions >= responseFrom.
@@ -29,8 +31,12 @@ func handlerFor(key int16) *handler {
 		return &metadataHandler
 	case 10:
 		return &findCoordinatorHandler
+	case 17:
+		return &saslHandshakeHandler
 	case 18:
 		return &apiVersionsHandler
+	case 36:
+		return &saslAuthenticateHandler
 	case 60:
 		return &describeClusterHandler
 	case 78:

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"offsetgate/rules"
 )
 
 // Conn is what a transport gives a session.
@@ -68,6 +70,12 @@ type Config struct {
 	Draining func() bool
 	// InFlight, when set, counts the requests of all sessions that wait for a response.
 	InFlight *atomic.Int64
+	// Admit, when set, decides whether a connection with this identity may send requests
+	// other than ApiVersions and the SASL exchange; an error closes the connection.
+	Admit func(id rules.Identity) error
+	// OnIdentity hears when a connection's identity is established or changes (a SASL login
+	// completes), for the one log line per connection and the rules' caches.
+	OnIdentity func(id rules.Identity)
 }
 
 // Defaults for Config fields left zero.
@@ -101,8 +109,10 @@ type Session struct {
 	upstream ring // sequence numbers of slots awaiting the upstream, in send order
 	paused   bool
 
-	// ApiVersions answers seen on this connection, for the identity and rules work.
 	clientID string
+	ident    rules.Identity
+	admitted bool
+	sasl     saslState
 }
 
 // New makes a session for one client connection.
@@ -130,6 +140,22 @@ func (s *Session) InFlight() int { return s.slots.len() }
 
 // ClientID is the client.id of the last request that carried one.
 func (s *Session) ClientID() string { return s.clientID }
+
+// SetIdentity sets what the transport proved (mTLS) and knows (the source address) before the
+// first byte is handled.
+func (s *Session) SetIdentity(id rules.Identity) {
+	s.ident = id
+	s.admitted = false
+	if s.cfg.OnIdentity != nil && id.Proven() {
+		s.cfg.OnIdentity(id)
+	}
+}
+
+// Identity is the connection's identity as far as it is known now.
+func (s *Session) Identity() rules.Identity { return s.ident }
+
+// ErrForbidden closes a connection that may not send what it sent.
+var ErrForbidden = errors.New("forbidden")
 
 // frameLen validates a frame's 4-byte size prefix.
 func (s *Session) frameLen(p []byte, from string) (int, error) {
@@ -206,12 +232,24 @@ func (s *Session) request(frame []byte) (bool, error) {
 	}
 	if h.hasID && string(h.clientID) != s.clientID {
 		s.clientID = string(h.clientID)
+		s.ident.ClientID = s.clientID
 	}
 	s.cfg.Observer.Request(h.key, len(frame))
 	if !Supported(h.key, h.version) {
 		return false, s.unsupported(h)
 	}
+	if s.cfg.Admit != nil && !s.admitted && h.key != 17 && h.key != 18 && h.key != 36 {
+		if err := s.cfg.Admit(s.ident); err != nil {
+			return false, fmt.Errorf("%w: %s: %v", ErrForbidden, s.ident, err)
+		}
+		s.admitted = true
+	}
 	hd := handlerFor(h.key)
+	if hd != nil && hd.request != nil {
+		if err := hd.request(s, h, p[h.bodyOff:]); err != nil {
+			return false, err
+		}
+	}
 	sl := slot{key: h.key, version: h.version, corr: h.corr, start: time.Now(), upstream: true}
 	if hd != nil {
 		if hd.noResponse != nil && hd.noResponse(h, p[h.bodyOff:]) {

@@ -1,0 +1,245 @@
+package proxy
+
+import (
+	"context"
+	stdtls "crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"go.uber.org/zap"
+
+	"offsetgate/rules"
+)
+
+// SASLConfig is a SASL login offsetgate performs itself: for its own requests to the
+// destination (upstream_sasl), or on the upstream connection of an mTLS client mapped to its
+// own destination credentials (identities.mtls_upstream).
+type SASLConfig struct {
+	Mechanism    string `yaml:"mechanism"` // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	Username     string `yaml:"username"`
+	Password     string `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+}
+
+// IdentitiesConfig is how client identities reach the destination.
+//
+// With SASL passed through, the destination authorizes each client as its own principal.
+// Where offsetgate terminates mTLS and authenticates to the destination with a certificate of
+// its own, a client that did not log in with SASL would act with offsetgate's rights; offsetgate
+// refuses that unless the client's identity is mapped to destination credentials of its own
+// (MTLSUpstream) or sharing is switched on explicitly (AllowSharedUpstreamIdentity).
+type IdentitiesConfig struct {
+	MTLSUpstream                []MTLSMapping `yaml:"mtls_upstream"`
+	AllowSharedUpstreamIdentity bool          `yaml:"allow_shared_upstream_identity"`
+}
+
+// MTLSMapping maps a client certificate (by exact subject, or by one SAN such as
+// "URI:spiffe://acme/mirror") to destination SASL credentials.
+type MTLSMapping struct {
+	Subject string     `yaml:"subject"`
+	SAN     string     `yaml:"san"`
+	SASL    SASLConfig `yaml:"sasl"`
+}
+
+func (c *SASLConfig) validate(key string) error {
+	switch strings.ToUpper(c.Mechanism) {
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	default:
+		return fmt.Errorf("config key %q: mechanism %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", key+".mechanism", c.Mechanism)
+	}
+	if c.Username == "" {
+		return fmt.Errorf("config key %q: required", key+".username")
+	}
+	if (c.Password == "") == (c.PasswordFile == "") {
+		return fmt.Errorf("config key %q: give exactly one of password, password_file", key)
+	}
+	return nil
+}
+
+// mechanism builds the franz-go SASL mechanism, reading the password file now so that a
+// rotated password is picked up on the next login.
+func (c *SASLConfig) mechanism() (sasl.Mechanism, error) {
+	pass := c.Password
+	if c.PasswordFile != "" {
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading SASL password file: %w", err)
+		}
+		pass = strings.TrimRight(string(b), "\r\n")
+	}
+	switch strings.ToUpper(c.Mechanism) {
+	case "PLAIN":
+		return plain.Auth{User: c.Username, Pass: pass}.AsMechanism(), nil
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: c.Username, Pass: pass}.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: c.Username, Pass: pass}.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("unsupported SASL mechanism %q", c.Mechanism)
+}
+
+// mapping returns the destination credentials of an mTLS identity, if it has any.
+func (s *Server) mapping(id rules.Identity) *SASLConfig {
+	if id.TLSSubject == "" {
+		return nil
+	}
+	for i := range s.cfg.Identities.MTLSUpstream {
+		m := &s.cfg.Identities.MTLSUpstream[i]
+		if m.Subject != "" && m.Subject == id.TLSSubject {
+			return &m.SASL
+		}
+		if m.SAN != "" {
+			for _, san := range id.TLSSANs {
+				if san == m.SAN {
+					return &m.SASL
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// lendsIdentity reports whether offsetgate's upstream connections carry an identity of
+// offsetgate's own (a client certificate to the destination).
+func (s *Server) lendsIdentity() bool {
+	return s.cfg.TLS.Upstream.Enabled && s.cfg.TLS.Upstream.CertFile != ""
+}
+
+var errLending = errors.New("offsetgate authenticates to the destination with its own certificate and does not lend it: " +
+	"log in with SASL, map this identity in identities.mtls_upstream, or set identities.allow_shared_upstream_identity")
+
+// admit is the session's Admit: the authorization model's one rule about rights.
+func (s *Server) admit(mapped bool) func(rules.Identity) error {
+	return func(id rules.Identity) error {
+		if !s.lendsIdentity() || mapped || id.SASLUser != "" || s.cfg.Identities.AllowSharedUpstreamIdentity {
+			return nil
+		}
+		return errLending
+	}
+}
+
+// identityOf builds a connection's identity from its TLS state (verified certificates only).
+func identityOf(c net.Conn) rules.Identity {
+	id := rules.Identity{Addr: c.RemoteAddr().String()}
+	if tc, ok := c.(*stdtls.Conn); ok {
+		st := tc.ConnectionState()
+		if len(st.VerifiedChains) > 0 && len(st.PeerCertificates) > 0 {
+			id.TLSSubject, id.TLSSANs = rules.FromCertificate(st.PeerCertificates[0])
+		}
+	}
+	return id
+}
+
+// saslLogin authenticates a fresh upstream connection with offsetgate-held credentials, using
+// SaslHandshake v1 and SaslAuthenticate frames, before any client byte is forwarded on it.
+func saslLogin(ctx context.Context, c net.Conn, cfg *SASLConfig) error {
+	mech, err := cfg.mechanism()
+	if err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+		defer func() { _ = c.SetDeadline(time.Time{}) }()
+	}
+	corr := int32(0)
+	rt := func(req kmsg.Request, resp kmsg.Response) error {
+		corr++
+		b := kmsg.NewRequestFormatter(kmsg.FormatterClientID("offsetgate")).AppendRequest(nil, req, corr)
+		if _, err := c.Write(b); err != nil {
+			return err
+		}
+		var sz [4]byte
+		if _, err := io.ReadFull(c, sz[:]); err != nil {
+			return err
+		}
+		p := make([]byte, binary.BigEndian.Uint32(sz[:]))
+		if _, err := io.ReadFull(c, p); err != nil {
+			return err
+		}
+		if len(p) < 4 || int32(binary.BigEndian.Uint32(p)) != corr {
+			return errors.New("SASL login: response out of order")
+		}
+		body := p[4:]
+		if req.IsFlexible() {
+			// Response header v1: skip its tagged fields (offsetgate sends none, brokers none).
+			n, w := binary.Uvarint(body)
+			if w <= 0 || n != 0 {
+				return errors.New("SASL login: unexpected response header tags")
+			}
+			body = body[w:]
+		}
+		resp.SetVersion(req.GetVersion())
+		return resp.ReadFrom(body)
+	}
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.SetVersion(1)
+	hs.Mechanism = mech.Name()
+	hsResp := kmsg.NewPtrSASLHandshakeResponse()
+	if err := rt(hs, hsResp); err != nil {
+		return fmt.Errorf("SASL handshake: %w", err)
+	}
+	if hsResp.ErrorCode != 0 {
+		return fmt.Errorf("SASL handshake: the destination refused mechanism %s (error %d, enabled %v)", mech.Name(), hsResp.ErrorCode, hsResp.SupportedMechanisms)
+	}
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	sess, msg, err := mech.Authenticate(ctx, host)
+	if err != nil {
+		return err
+	}
+	for {
+		req := kmsg.NewPtrSASLAuthenticateRequest()
+		req.SetVersion(1)
+		req.SASLAuthBytes = msg
+		resp := kmsg.NewPtrSASLAuthenticateResponse()
+		if err := rt(req, resp); err != nil {
+			return fmt.Errorf("SASL authenticate: %w", err)
+		}
+		if resp.ErrorCode != 0 {
+			m := ""
+			if resp.ErrorMessage != nil {
+				m = *resp.ErrorMessage
+			}
+			return fmt.Errorf("SASL login as %q failed: %s", cfg.Username, m)
+		}
+		done, next, err := sess.Challenge(resp.SASLAuthBytes)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		msg = next
+	}
+}
+
+// ownClientOpts are the kgo options for offsetgate's own requests to the destination.
+func (s *Server) ownClientOpts() ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	if s.upTLS != nil {
+		host, _, _ := net.SplitHostPort(s.cfg.Bootstrap[0])
+		opts = append(opts, kgo.DialTLSConfig(s.upTLS.Config(host)))
+	}
+	if s.cfg.UpstreamSASL != nil {
+		m, err := s.cfg.UpstreamSASL.mechanism()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+func (s *Server) logIdentity(log *zap.Logger) func(rules.Identity) {
+	return func(id rules.Identity) { log.Info("client identity", zap.Stringer("identity", id)) }
+}
