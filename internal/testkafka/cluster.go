@@ -44,6 +44,10 @@ type Options struct {
 	ExtraConfig map[string]string
 	// HeapMB is each JVM's heap; zero means 512.
 	HeapMB int
+	// Secure adds SSL, SASL_PLAINTEXT and SASL_SSL client listeners to every node, next to the
+	// PLAINTEXT one (which stays the inter-broker listener and the one the harness itself
+	// uses). Nil means PLAINTEXT only.
+	Secure *SecureOptions
 }
 
 // Node is one Kafka process.
@@ -56,6 +60,9 @@ type Node struct {
 	props      string
 	logPath    string
 
+	// listeners maps client listener names (PLAINTEXT, SSL, ...) to ports on 127.0.0.1.
+	listeners map[string]int
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -65,6 +72,21 @@ type Node struct {
 
 // Addr is the node's client address.
 func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.Port)) }
+
+// ListenerAddr is the node's address for a client listener (ListenerPlaintext, ListenerSSL,
+// ListenerSASLPlaintext, ListenerSASLSSL; case does not matter), or "" when the node has no
+// such listener.
+func (n *Node) ListenerAddr(name string) string {
+	name = strings.ToUpper(name)
+	p, ok := n.listeners[name]
+	if !ok && name == ListenerPlaintext {
+		p, ok = n.Port, n.Port != 0
+	}
+	if !ok {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+}
 
 // LogPath is the file the node's stdout and stderr go to.
 func (n *Node) LogPath() string { return n.logPath }
@@ -77,6 +99,8 @@ type Cluster struct {
 	dir       string
 	ownDir    bool
 	libs      string
+	// formatArgs are extra StorageTool format arguments (SCRAM credentials).
+	formatArgs []string
 }
 
 // Addrs lists every node's client address, controller node first.
@@ -90,6 +114,24 @@ func (c *Cluster) Addrs() []string {
 
 // Bootstrap is the comma-joined client address list.
 func (c *Cluster) Bootstrap() string { return strings.Join(c.Addrs(), ",") }
+
+// ListenerAddrs lists every node's address for a client listener (see Node.ListenerAddr),
+// controller node first; nodes without that listener are left out.
+func (c *Cluster) ListenerAddrs(name string) []string {
+	out := make([]string, 0, len(c.Nodes))
+	for _, n := range c.Nodes {
+		if a := n.ListenerAddr(name); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// ListenerBootstrap is the comma-joined address list of a client listener; "" when no node has
+// it.
+func (c *Cluster) ListenerBootstrap(name string) string {
+	return strings.Join(c.ListenerAddrs(name), ",")
+}
 
 // Libs is the folder holding the Kafka jars (broker and Java client).
 func (c *Cluster) Libs() string { return c.libs }
@@ -116,6 +158,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Name == "" {
 		o.Name = "kafka"
 	}
+	if err := o.Secure.validate(); err != nil {
+		return nil, err
+	}
 	libs, err := LibsDir()
 	if err != nil {
 		return nil, err
@@ -134,27 +179,44 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 	}
 	c.ClusterID = newClusterID()
+	var sec *secureSetup
+	if o.Secure != nil {
+		if sec, err = o.Secure.setup(c.dir); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.formatArgs = sec.formatArgs
+	}
+	names := clientListeners(o.Secure)
 
-	ports, err := freePorts(o.Brokers + 1)
+	ports, err := freePorts(o.Brokers*len(names) + 1)
 	if err != nil {
+		c.Stop()
 		return nil, err
 	}
-	ctrlPort := ports[o.Brokers]
+	ctrlPort := ports[len(ports)-1]
 	for i := 0; i < o.Brokers; i++ {
-		n := &Node{ID: int32(i + 1), Controller: i == 0, Port: ports[i]}
+		n := &Node{ID: int32(i + 1), Controller: i == 0, Port: ports[i], listeners: map[string]int{}}
+		n.listeners[ListenerPlaintext] = n.Port
+		for j, name := range names[1:] {
+			n.listeners[name] = ports[o.Brokers*(j+1)+i]
+		}
 		if n.Controller {
 			n.CtrlPort = ctrlPort
 		}
 		n.dir = filepath.Join(c.dir, fmt.Sprintf("node-%d", n.ID))
 		n.logPath = filepath.Join(n.dir, "server.log")
 		if err := os.MkdirAll(filepath.Join(n.dir, "data"), 0o755); err != nil {
+			c.Stop()
 			return nil, fmt.Errorf("testkafka: node folder: %w", err)
 		}
 		n.props = filepath.Join(n.dir, "server.properties")
-		if err := os.WriteFile(n.props, []byte(nodeConfig(n, ctrlPort, o)), 0o644); err != nil {
+		if err := os.WriteFile(n.props, []byte(nodeConfig(n, ctrlPort, o, sec)), 0o644); err != nil {
+			c.Stop()
 			return nil, fmt.Errorf("testkafka: writing config: %w", err)
 		}
 		if err := os.WriteFile(filepath.Join(n.dir, "log4j2.properties"), []byte(log4jConfig), 0o644); err != nil {
+			c.Stop()
 			return nil, fmt.Errorf("testkafka: writing log config: %w", err)
 		}
 		c.Nodes = append(c.Nodes, n)
@@ -215,7 +277,7 @@ func freePorts(n int) ([]int, error) {
 	return out, nil
 }
 
-func nodeConfig(n *Node, ctrlPort int, o Options) string {
+func nodeConfig(n *Node, ctrlPort int, o Options, sec *secureSetup) string {
 	rf := 2
 	if o.Brokers < 2 {
 		rf = 1
@@ -225,7 +287,7 @@ func nodeConfig(n *Node, ctrlPort int, o Options) string {
 		{"controller.quorum.voters", fmt.Sprintf("1@127.0.0.1:%d", ctrlPort)},
 		{"controller.listener.names", "CONTROLLER"},
 		{"inter.broker.listener.name", "PLAINTEXT"},
-		{"listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"},
+		{"listener.security.protocol.map", protocolMap(o.Secure)},
 		{"log.dirs", filepath.Join(n.dir, "data")},
 		{"auto.create.topics.enable", "false"},
 		{"num.partitions", "1"},
@@ -249,18 +311,26 @@ func nodeConfig(n *Node, ctrlPort int, o Options) string {
 		{"replica.lag.time.max.ms", "10000"},
 		{"controlled.shutdown.enable", "true"},
 	}
+	var client []string
+	for _, name := range clientListeners(o.Secure) {
+		client = append(client, fmt.Sprintf("%s://127.0.0.1:%d", name, n.listeners[name]))
+	}
+	advertised := strings.Join(client, ",")
 	if n.Controller {
 		kv = append(kv,
 			[2]string{"process.roles", "broker,controller"},
-			[2]string{"listeners", fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.Port, ctrlPort)},
-			[2]string{"advertised.listeners", fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.Port)},
+			[2]string{"listeners", advertised + fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", ctrlPort)},
+			[2]string{"advertised.listeners", advertised},
 		)
 	} else {
 		kv = append(kv,
 			[2]string{"process.roles", "broker"},
-			[2]string{"listeners", fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.Port)},
-			[2]string{"advertised.listeners", fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.Port)},
+			[2]string{"listeners", advertised},
+			[2]string{"advertised.listeners", advertised},
 		)
+	}
+	if sec != nil {
+		kv = append(kv, sec.config...)
 	}
 	var b strings.Builder
 	b.WriteString("# written by offsetgate's testkafka harness\n")
@@ -303,6 +373,7 @@ func (c *Cluster) format(ctx context.Context, n *Node) error {
 	cmd := c.java("-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", filepath.Join(c.libs, "*"),
 		"-Dlog4j2.configurationFile="+filepath.Join(n.dir, "log4j2.properties"),
 		"kafka.tools.StorageTool", "format", "-t", c.ClusterID, "-c", n.props, "--ignore-formatted")
+	cmd.Args = append(cmd.Args, c.formatArgs...)
 	out, err := runWithContext(ctx, cmd)
 	if err != nil {
 		return fmt.Errorf("testkafka: formatting %s node %d: %w\n%s", c.Name, n.ID, err, out)

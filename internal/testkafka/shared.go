@@ -30,6 +30,8 @@ type nodeJSON struct {
 	Port       int    `json:"port"`
 	Pid        int    `json:"pid"`
 	Log        string `json:"log"`
+	// Listeners maps client listener names to ports (PLAINTEXT is Port).
+	Listeners map[string]int `json:"listeners,omitempty"`
 }
 
 type clusterJSON struct {
@@ -43,7 +45,8 @@ type clusterJSON struct {
 func (c *Cluster) MarshalJSON() ([]byte, error) {
 	j := clusterJSON{Name: c.Name, ClusterID: c.ClusterID, Libs: c.libs}
 	for _, n := range c.Nodes {
-		j.Nodes = append(j.Nodes, nodeJSON{ID: n.ID, Controller: n.Controller, Port: n.Port, Pid: n.Pid(), Log: n.logPath})
+		j.Nodes = append(j.Nodes, nodeJSON{ID: n.ID, Controller: n.Controller, Port: n.Port, Pid: n.Pid(), Log: n.logPath,
+			Listeners: n.listeners})
 	}
 	return json.Marshal(j)
 }
@@ -56,7 +59,12 @@ func (c *Cluster) UnmarshalJSON(b []byte) error {
 	}
 	c.Name, c.ClusterID, c.libs = j.Name, j.ClusterID, j.Libs
 	for _, n := range j.Nodes {
-		c.Nodes = append(c.Nodes, &Node{ID: n.ID, Controller: n.Controller, Port: n.Port, logPath: n.Log, foreignPid: n.Pid})
+		ls := map[string]int{ListenerPlaintext: n.Port}
+		for name, p := range n.Listeners {
+			ls[strings.ToUpper(name)] = p
+		}
+		c.Nodes = append(c.Nodes, &Node{ID: n.ID, Controller: n.Controller, Port: n.Port, logPath: n.Log, foreignPid: n.Pid,
+			listeners: ls})
 	}
 	return nil
 }
