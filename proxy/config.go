@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"offsetgate/rules"
 	ogtls "offsetgate/tls"
 )
 
@@ -41,6 +42,11 @@ type Config struct {
 	// UpstreamSASL is offsetgate's own login for the requests it makes itself (metadata).
 	UpstreamSASL *SASLConfig       `yaml:"upstream_sasl"`
 	Identities   IdentitiesConfig `yaml:"identities"`
+	// Mirroring approves mirroring clients; it is re-read from Path when the file changes.
+	Mirroring rules.MirroringConfig `yaml:"mirroring"`
+	// Path is the file the configuration came from (set by LoadConfig), watched for changes
+	// to the mirroring section.
+	Path string `yaml:"-"`
 
 	Limits Limits    `yaml:"limits"`
 	Log    LogConfig `yaml:"log"`
@@ -217,6 +223,7 @@ func LoadConfig(path string) (Config, error) {
 		}
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
+	c.Path = path
 	return c, nil
 }
 

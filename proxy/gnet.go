@@ -285,6 +285,15 @@ func (cl *gnetClient) ClientPending() int { return cl.c.OutboundBuffered() }
 
 func (cl *gnetClient) Resume() { _ = cl.c.Wake(nil) }
 
+func (cl *gnetClient) Post(fn func()) {
+	_ = cl.c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		if !cl.closed {
+			fn()
+		}
+		return nil
+	}))
+}
+
 func (cl *gnetClient) WaitClientDrain() {
 	cl.t.srv.metrics.pausedTotal.Inc()
 	cl.t.drainMu.Lock()

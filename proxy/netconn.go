@@ -201,6 +201,13 @@ func (nc *netClient) WriteClient(b []byte)   { nc.toClient.push(b) }
 func (nc *netClient) WriteUpstream(b []byte) { nc.toUp.push(b) }
 func (nc *netClient) ClientPending() int     { return nc.toClient.pending() }
 func (nc *netClient) Resume()                { nc.signal() }
+func (nc *netClient) Post(fn func()) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if !nc.closed {
+		fn()
+	}
+}
 func (nc *netClient) WaitClientDrain() {
 	nc.srv.metrics.pausedTotal.Inc()
 	nc.toClient.notifyBelowLowWater()

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"offsetgate/catalog"
+	"offsetgate/rules"
 	"offsetgate/session"
 	ogtls "offsetgate/tls"
 )
@@ -36,6 +40,9 @@ type Server struct {
 	brokers *brokers
 	srvTLS  *ogtls.Server // nil: plaintext clients
 	upTLS   *ogtls.Client // nil: plaintext to the destination
+
+	policy  atomic.Pointer[rules.Policy]
+	catalog *catalog.Catalog
 
 	gnet     *gnetTransport
 	draining atomic.Bool
@@ -82,6 +89,11 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.brokers = newBrokers(&s.cfg, log.Named("brokers"), opts)
+	pol, err := rules.NewPolicy(cfg.Mirroring)
+	if err != nil {
+		return nil, err
+	}
+	s.policy.Store(pol)
 	if s.lendsIdentity() && s.cfg.Identities.AllowSharedUpstreamIdentity {
 		log.Warn("identities.allow_shared_upstream_identity is on: clients that do not log in with SASL act on the destination with offsetgate's own certificate")
 	}
@@ -109,6 +121,8 @@ func (s *Server) sessionConfig(log *zap.Logger, mapped bool) session.Config {
 		Log:             log,
 		Draining:        s.draining.Load,
 		InFlight:        &s.inFlight,
+		Policy:          s.policy.Load,
+		Catalog:         s.sessionCatalog(),
 	}
 }
 
@@ -127,6 +141,35 @@ func (s *Server) Run(ctx context.Context) error {
 		admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); _ = admin.Serve(l) }()
+	}
+
+	// Mirror marks first: no client is served before offsetgate knows its mirror topics.
+	opts, err := s.ownClientOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts, kgo.SeedBrokers(s.cfg.Bootstrap...))
+	cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
+	cat, err := catalog.Open(cctx, opts, s.log.Named("catalog"))
+	if err == nil {
+		s.catalog = cat
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); cat.Run(runCtx) }()
+		select {
+		case <-cat.Ready():
+			err = cat.Refresh(cctx, nil)
+		case <-cctx.Done():
+			err = fmt.Errorf("reading mirror marks: %w", cctx.Err())
+		}
+	}
+	ccancel()
+	if err != nil {
+		return fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
+	}
+	s.log.Info("mirror marks loaded", zap.Int("mirror_topics", len(cat.Marks())))
+	if s.cfg.Path != "" {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.watchConfig(runCtx) }()
 	}
 
 	errc := make(chan error, 1)
@@ -196,6 +239,57 @@ func (s *Server) shutdown(admin *http.Server) {
 		_ = admin.Close()
 	}
 }
+
+// sessionCatalog is the catalog as sessions see it (nil until loaded).
+func (s *Server) sessionCatalog() session.Catalog {
+	if s.catalog == nil {
+		return nil
+	}
+	return s.catalog
+}
+
+// watchConfig re-reads the configuration file when it changes and applies its mirroring
+// section; connections stay up. A file that does not validate changes nothing.
+func (s *Server) watchConfig(ctx context.Context) {
+	stamp := func() string {
+		st, err := os.Stat(s.cfg.Path)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
+	}
+	last := stamp()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		now := stamp()
+		if now == last || now == "" {
+			continue
+		}
+		last = now
+		c, err := LoadConfig(s.cfg.Path)
+		if err != nil {
+			s.log.Error("config reload failed; the previous mirroring rules stay", zap.Error(err))
+			continue
+		}
+		pol, err := rules.NewPolicy(c.Mirroring)
+		if err != nil {
+			s.log.Error("config reload failed; the previous mirroring rules stay", zap.Error(err))
+			continue
+		}
+		s.policy.Store(pol)
+		s.log.Info("mirroring rules reloaded", zap.Int("clients", len(c.Mirroring.Clients)))
+	}
+}
+
+// Policy is the mirroring rules in force.
+func (s *Server) Policy() *rules.Policy { return s.policy.Load() }
+
+// Catalog is the server's catalog of topic ids and mirror marks (nil before Run loads it).
+func (s *Server) Catalog() *catalog.Catalog { return s.catalog }
 
 func (s *Server) refreshLoop(ctx context.Context) {
 	delay := time.Duration(0)

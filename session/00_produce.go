@@ -2,21 +2,32 @@ package session
 
 // Produce (key 0).
 //
-// Requests pass as bytes. The only thing read is acks: acks=0 has no response, so no slot
-// waits for one. The body starts with the transactional id (v3+; a compact nullable string
-// from v9, flexible) and then acks.
+// Requests: acks is read on every version (acks=0 has no response, so no slot waits for one:
+// the body starts with the transactional id, v3+, a compact nullable string from v9, then
+// acks). When the mirror rules are on, the topics are read too: offsetgate's own topics are
+// never written by clients; a mirror topic is written only by an approved mirroring client
+// with the magic header (sent, or attached for it by configuration); refused partitions get
+// their error and message while the rest of the request goes through. Topics are named (v3-12)
+// or identified (v13); an unknown name or id is looked up on the destination first.
 //
-// Responses from v10 (KIP-951) may carry NodeEndpoints, the addresses of the new leaders of
-// partitions that answered NOT_LEADER_OR_FOLLOWER: they are rewritten to proxy addresses.
+// Responses from v10 (KIP-951) may carry endpoints of moved leaders: rewritten to proxy
+// addresses. Refused partitions are spliced into the broker's response.
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+	"offsetgate/rules"
 )
 
 var produceHandler = handler{
+	request: produceRequest,
 	noResponse: func(h reqHeader, body []byte) bool {
 		acks, err := produceAcks(h.version, body)
 		return err == nil && acks == 0
@@ -57,6 +68,199 @@ func produceAcks(version int16, body []byte) (int16, error) {
 		return 0, errShortProduce
 	}
 	return int16(binary.BigEndian.Uint16(body[off:])), nil
+}
+
+// refusal is one partition offsetgate answers itself.
+type refusal struct {
+	topic     string
+	topicID   catalog.TopicID
+	partition int32
+	code      int16
+	msg       string
+}
+
+func produceRequest(s *Session, r *request) error {
+	if s.cfg.Catalog == nil {
+		return nil
+	}
+	req := kmsg.ProduceRequest{Version: r.h.version}
+	if err := req.UnsafeReadFrom(r.body); err != nil {
+		return nil // malformed: the broker answers it
+	}
+	byID := r.h.version >= 13
+	var unknown []string
+	topics := make([]catalog.Topic, len(req.Topics))
+	for i, t := range req.Topics {
+		var info catalog.Topic
+		var ok bool
+		if byID {
+			info, ok = s.cfg.Catalog.ByID(t.TopicID)
+		} else {
+			info, ok = s.cfg.Catalog.ByName(t.Topic)
+		}
+		topics[i] = info
+		if !ok && !byID {
+			unknown = append(unknown, t.Topic)
+		}
+		if !ok && byID {
+			unknown = append(unknown, "")
+		}
+	}
+	if len(unknown) > 0 && !r.resolved {
+		// Judge nothing on a guess: learn the ids first (an empty name list reads all topics).
+		names := unknown
+		if byID {
+			names = nil
+		}
+		r.async = func(ctx context.Context) func(*Session, *request) {
+			err := s.cfg.Catalog.Refresh(ctx, names)
+			return func(s *Session, r *request) {
+				if err != nil {
+					s.log.Warn("topic lookup failed; judging with what is known")
+				}
+				r.resolved = true
+				_ = produceRequest(s, r)
+			}
+		}
+		return nil
+	}
+
+	policy := s.cfg.Policy()
+	atOffset := r.magic.valid
+	var refused []refusal
+	for i, t := range req.Topics {
+		info := topics[i]
+		name := t.Topic
+		if byID {
+			name = info.Name
+		}
+		refuse := func(code int16, msg string) {
+			for _, p := range t.Partitions {
+				refused = append(refused, refusal{topic: strings.Clone(t.Topic), topicID: t.TopicID, partition: p.Partition, code: code, msg: msg})
+			}
+		}
+		switch {
+		case rules.IsOwnTopic(name):
+			refuse(rules.ErrTopicAuthorization, fmt.Sprintf("offsetgate: %s is offsetgate's own topic; clients may not write to it", name))
+		case info.Mark != nil:
+			ap, ok := policy.Approved(s.ident, name)
+			switch {
+			case !ok:
+				refuse(rules.ErrTopicAuthorization, fmt.Sprintf("offsetgate: %s is a mirror topic; only approved mirroring clients may write to it (this connection is %s)", name, s.ident))
+			case !atOffset && !ap.AttachHeader:
+				refuse(rules.ErrPolicyViolation, fmt.Sprintf("offsetgate: %s is a mirror topic; writes must be produce-at-offset (the magic request header, docs/PROTOCOL.md)", name))
+			case s.cfg.Mirror != nil:
+				// The at-offset write path (package mirror) takes the partitions over.
+				for _, p := range t.Partitions {
+					if code, msg := s.cfg.Mirror.Admit(info, p.Partition, p.Records); code != 0 {
+						refused = append(refused, refusal{topic: strings.Clone(t.Topic), topicID: t.TopicID, partition: p.Partition, code: code, msg: msg})
+					}
+				}
+			}
+		}
+	}
+	if len(refused) == 0 {
+		if r.magic.present && !policy.Native() {
+			r.replace = stripMagic(r.frame, r.h)
+			r.magic.stripped = true
+		}
+		return nil
+	}
+	r.magic.stripped = true
+	acks, _ := produceAcks(r.h.version, r.body)
+	total := 0
+	for _, t := range req.Topics {
+		total += len(t.Partitions)
+	}
+	if total == len(refused) {
+		if acks == 0 {
+			r.drop = true
+			return nil
+		}
+		resp := kmsg.ProduceResponse{Version: r.h.version}
+		spliceProduce(&resp, refused, r.h.version)
+		r.answer = responseFrame(r.h.corr, flexibleRequest(0, r.h.version), resp.AppendTo(nil))
+		return nil
+	}
+	// Forward the rest; put the refusals into the broker's answer.
+	keep := req.Topics[:0]
+	for _, t := range req.Topics {
+		parts := t.Partitions[:0]
+		for _, p := range t.Partitions {
+			if !isRefused(refused, t.Topic, t.TopicID, p.Partition) {
+				parts = append(parts, p)
+			}
+		}
+		if len(parts) > 0 {
+			t.Partitions = parts
+			keep = append(keep, t)
+		}
+	}
+	req.Topics = keep
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), policy.Native())
+	r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
+		resp := kmsg.ProduceResponse{Version: version}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
+		}
+		for i := range resp.Brokers {
+			e := &resp.Brokers[i]
+			s.endpoint(e.NodeID, &e.Host, &e.Port)
+		}
+		spliceProduce(&resp, refused, version)
+		return resp.AppendTo(nil), true, nil
+	}
+	return nil
+}
+
+func isRefused(rs []refusal, topic string, id catalog.TopicID, p int32) bool {
+	for _, r := range rs {
+		if r.topic == topic && r.topicID == id && r.partition == p {
+			return true
+		}
+	}
+	return false
+}
+
+// spliceProduce adds refused partitions to a Produce response.
+func spliceProduce(resp *kmsg.ProduceResponse, refused []refusal, version int16) {
+	for _, rf := range refused {
+		var t *kmsg.ProduceResponseTopic
+		for i := range resp.Topics {
+			if resp.Topics[i].Topic == rf.topic && resp.Topics[i].TopicID == rf.topicID {
+				t = &resp.Topics[i]
+			}
+		}
+		if t == nil {
+			nt := kmsg.NewProduceResponseTopic()
+			nt.Topic, nt.TopicID = rf.topic, rf.topicID
+			resp.Topics = append(resp.Topics, nt)
+			t = &resp.Topics[len(resp.Topics)-1]
+		}
+		p := kmsg.NewProduceResponseTopicPartition()
+		p.Partition, p.ErrorCode = rf.partition, rf.code
+		p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
+		if version >= 8 {
+			msg := rf.msg
+			p.ErrorMessage = &msg
+		}
+		t.Partitions = append(t.Partitions, p)
+	}
+}
+
+// rebuild makes a request frame from the original's header (without the magic tag unless the
+// destination is native) and a new body.
+func rebuild(frame []byte, h reqHeader, body []byte, native bool) []byte {
+	p := frame[4:]
+	var out []byte
+	if h.magic.present && !native {
+		out = stripMagic(append([]byte{0, 0, 0, 0}, p[:h.bodyOff]...), h)
+	} else {
+		out = append([]byte{0, 0, 0, 0}, p[:h.bodyOff]...)
+	}
+	out = append(out, body...)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	return out
 }
 
 func rewriteProduce(s *Session, version int16, body []byte) ([]byte, bool, error) {

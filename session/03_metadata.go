@@ -19,5 +19,13 @@ func rewriteMetadata(s *Session, version int16, body []byte) ([]byte, bool, erro
 		b := &resp.Brokers[i]
 		s.endpoint(b.NodeID, &b.Host, &b.Port)
 	}
+	if s.cfg.Catalog != nil {
+		// Every Metadata answer keeps the topic-id cache the rules judge by up to date.
+		for _, t := range resp.Topics {
+			if t.Topic != nil && t.ErrorCode == 0 {
+				s.cfg.Catalog.Observe(*t.Topic, t.TopicID)
+			}
+		}
+	}
 	return resp.AppendTo(nil), true, nil
 }

@@ -12,9 +12,9 @@ package session
 import "github.com/twmb/franz-go/pkg/kmsg"
 
 var saslHandshakeHandler = handler{
-	request: func(s *Session, h reqHeader, body []byte) error {
-		req := kmsg.SASLHandshakeRequest{Version: h.version}
-		if err := req.ReadFrom(body); err != nil {
+	request: func(s *Session, r *request) error {
+		req := kmsg.SASLHandshakeRequest{Version: r.h.version}
+		if err := req.ReadFrom(r.body); err != nil {
 			return nil // the broker will answer the malformed request itself
 		}
 		s.sasl = saslState{mechanism: req.Mechanism}

@@ -22,12 +22,12 @@ type saslState struct {
 }
 
 var saslAuthenticateHandler = handler{
-	request: func(s *Session, h reqHeader, body []byte) error {
+	request: func(s *Session, r *request) error {
 		if s.sasl.user != "" || s.sasl.rounds > 0 {
 			return nil
 		}
-		req := kmsg.SASLAuthenticateRequest{Version: h.version}
-		if err := req.ReadFrom(body); err != nil {
+		req := kmsg.SASLAuthenticateRequest{Version: r.h.version}
+		if err := req.ReadFrom(r.body); err != nil {
 			return nil
 		}
 		switch strings.ToUpper(s.sasl.mechanism) {

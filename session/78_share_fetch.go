@@ -2,12 +2,90 @@ package session
 
 // ShareFetch (key 78).
 //
-// Responses carry NodeEndpoints (the leaders of partitions that moved); they are rewritten to
-// proxy addresses.
+// Share groups read a topic outside the fetch path that gives mirror topics their source
+// view, so share-group reads of a mirror topic are refused (POLICY_VIOLATION per partition,
+// with a message); other topics in the same request go through. Responses carry
+// NodeEndpoints (the leaders of partitions that moved); they are rewritten to proxy addresses.
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
 
-var shareFetchHandler = handler{response: rewriteShareFetch}
+	"offsetgate/rules"
+)
+
+var shareFetchHandler = handler{request: shareFetchRequest, response: rewriteShareFetch}
+
+func shareFetchRequest(s *Session, r *request) error {
+	if s.cfg.Catalog == nil {
+		return nil
+	}
+	req := kmsg.ShareFetchRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	var refused []refusal
+	keep := req.Topics[:0]
+	for _, t := range req.Topics {
+		info, ok := s.cfg.Catalog.ByID(t.TopicID)
+		if !ok || info.Mark == nil {
+			keep = append(keep, t)
+			continue
+		}
+		for _, p := range t.Partitions {
+			refused = append(refused, refusal{topicID: t.TopicID, partition: p.Partition, code: rules.ErrPolicyViolation,
+				msg: "offsetgate: " + info.Name + " is a mirror topic; share groups cannot read it (use a consumer group)"})
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	req.Topics = keep
+	if len(keep) == 0 {
+		resp := kmsg.ShareFetchResponse{Version: r.h.version}
+		spliceShareFetch(&resp, refused)
+		r.answer = responseFrame(r.h.corr, flexibleRequest(78, r.h.version), resp.AppendTo(nil))
+		return nil
+	}
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+	r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {
+		nb, changed, err := rewriteShareFetch(s, v, body)
+		if err != nil {
+			return nil, false, err
+		}
+		if changed {
+			body = nb
+		}
+		resp := kmsg.ShareFetchResponse{Version: v}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
+		}
+		spliceShareFetch(&resp, refused)
+		return resp.AppendTo(nil), true, nil
+	}
+	return nil
+}
+
+func spliceShareFetch(resp *kmsg.ShareFetchResponse, rs []refusal) {
+	for _, rf := range rs {
+		var t *kmsg.ShareFetchResponseTopic
+		for i := range resp.Topics {
+			if resp.Topics[i].TopicID == rf.topicID {
+				t = &resp.Topics[i]
+			}
+		}
+		if t == nil {
+			nt := kmsg.NewShareFetchResponseTopic()
+			nt.TopicID = rf.topicID
+			resp.Topics = append(resp.Topics, nt)
+			t = &resp.Topics[len(resp.Topics)-1]
+		}
+		p := kmsg.NewShareFetchResponseTopicPartition()
+		msg := rf.msg
+		p.Partition, p.ErrorCode, p.ErrorMessage = rf.partition, rf.code, &msg
+		p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = -1, -1
+		t.Partitions = append(t.Partitions, p)
+	}
+}
 
 func rewriteShareFetch(s *Session, version int16, body []byte) ([]byte, bool, error) {
 	resp := kmsg.ShareFetchResponse{Version: version}

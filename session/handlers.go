@@ -11,8 +11,8 @@ type rewriteFunc func(s *Session, version int16, body []byte) (nb []byte, change
 // handler is what offsetgate does for one api key beyond forwarding bytes. Each api key with a
 // handler has a file of its own, named after the key (00_produce.go, 03_metadata.go, ...).
 type handler struct {
-	// request looks at a request before it is forwarded (it never changes it).
-	request func(s *Session, h reqHeader, body []byte) error
+	// request looks at a request before it is forwarded and may decide its outcome.
+	request func(s *Session, r *request) error
 	// noResponse reports that a request gets no response (acks=0 Produce).
 	noResponse func(h reqHeader, body []byte) bool
 	// response rewrites the response of versions >= responseFrom.
@@ -35,6 +35,20 @@ func handlerFor(key int16) *handler {
 		return &saslHandshakeHandler
 	case 18:
 		return &apiVersionsHandler
+	case 19:
+		return &createTopicsHandler
+	case 20:
+		return &deleteTopicsHandler
+	case 21:
+		return &deleteRecordsHandler
+	case 32:
+		return &describeConfigsHandler
+	case 33:
+		return &alterConfigsHandler
+	case 37:
+		return &createPartitionsHandler
+	case 44:
+		return &incrementalAlterConfigsHandler
 	case 36:
 		return &saslAuthenticateHandler
 	case 60:

@@ -20,6 +20,9 @@ type reqHeader struct {
 	// bodyOff is where the request body starts, counted from the start of the frame's payload
 	// (after the 4-byte size).
 	bodyOff int
+	// tagsOff is where the header's tagged-field section starts (flexible versions).
+	tagsOff int
+	magic   magicTag
 }
 
 var errShortHeader = errors.New("request header truncated")
@@ -52,7 +55,12 @@ func parseReqHeader(p []byte) (reqHeader, error) {
 		off += n
 	}
 	if flexibleRequest(h.key, h.version) {
-		end, err := skipTags(p, off)
+		h.tagsOff = off
+		end, err := readTags(p, off, func(tag uint64, val []byte) {
+			if tag == MagicTag {
+				h.magic = parseMagic(val)
+			}
+		})
 		if err != nil {
 			return h, fmt.Errorf("request header tagged fields: %w", err)
 		}
@@ -63,14 +71,18 @@ func parseReqHeader(p []byte) (reqHeader, error) {
 }
 
 // skipTags skips a tagged-field section starting at off and returns where it ends.
-func skipTags(p []byte, off int) (int, error) {
+func skipTags(p []byte, off int) (int, error) { return readTags(p, off, nil) }
+
+// readTags walks a tagged-field section starting at off, handing each tag to fn, and returns
+// where the section ends.
+func readTags(p []byte, off int, fn func(tag uint64, val []byte)) (int, error) {
 	count, n := binary.Uvarint(p[off:])
 	if n <= 0 {
 		return 0, errShortHeader
 	}
 	off += n
 	for i := uint64(0); i < count; i++ {
-		_, n := binary.Uvarint(p[off:])
+		tag, n := binary.Uvarint(p[off:])
 		if n <= 0 {
 			return 0, errShortHeader
 		}
@@ -82,6 +94,9 @@ func skipTags(p []byte, off int) (int, error) {
 		off += n
 		if off+int(size) > len(p) {
 			return 0, errShortHeader
+		}
+		if fn != nil {
+			fn(tag, p[off:off+int(size)])
 		}
 		off += int(size)
 	}

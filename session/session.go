@@ -10,14 +10,17 @@
 package session
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"offsetgate/catalog"
 	"offsetgate/rules"
 )
 
@@ -36,6 +39,9 @@ type Conn interface {
 	// WaitClientDrain asks the transport to call Resume once the client's unsent bytes fall
 	// below the low-water mark.
 	WaitClientDrain()
+	// Post runs fn on the session's goroutine (under its lock), from any goroutine; after
+	// the connection closed it may drop fn.
+	Post(fn func())
 }
 
 // Addresses maps upstream brokers to the addresses clients must be told instead.
@@ -76,6 +82,31 @@ type Config struct {
 	// OnIdentity hears when a connection's identity is established or changes (a SASL login
 	// completes), for the one log line per connection and the rules' caches.
 	OnIdentity func(id rules.Identity)
+	// Policy returns the current approved-clients snapshot (it changes on config reload).
+	Policy func() *rules.Policy
+	// Catalog knows topic ids and mirror marks; nil turns the mirror rules off.
+	Catalog Catalog
+	// Mirror, when set, takes over admitted produce-at-offset partitions; without it they are
+	// forwarded as they came.
+	Mirror Mirror
+}
+
+// Mirror is the produce-at-offset write path.
+type Mirror interface {
+	// Admit checks one partition's at-offset records; a non-zero code refuses it.
+	Admit(t catalog.Topic, partition int32, records []byte) (code int16, msg string)
+}
+
+// Catalog is what the session asks about the destination's topics (package catalog).
+type Catalog interface {
+	ByName(name string) (catalog.Topic, bool)
+	ByID(id catalog.TopicID) (catalog.Topic, bool)
+	Observe(name string, id catalog.TopicID)
+	Removed(id catalog.TopicID) bool
+	Refresh(ctx context.Context, names []string) error
+	Store(ctx context.Context, id catalog.TopicID, m rules.Mark) error
+	// Request sends a request of offsetgate's own to the destination (with its own rights).
+	Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error)
 }
 
 // Defaults for Config fields left zero.
@@ -95,6 +126,7 @@ type slot struct {
 	start        time.Time
 	upstream     bool // the response comes from the upstream broker
 	done         bool // out holds the response
+	noResp       bool // the request gets no response at all (acks=0 Produce)
 	rewrite      rewriteFunc
 	out          []byte
 }
@@ -113,6 +145,11 @@ type Session struct {
 	ident    rules.Identity
 	admitted bool
 	sasl     saslState
+
+	blocked bool // an async request is pending: take no more client requests
+	closed  bool
+	ctx     context.Context // ends when the connection does; async work watches it
+	cancel  context.CancelFunc
 }
 
 // New makes a session for one client connection.
@@ -132,7 +169,12 @@ func New(cfg Config, conn Conn) *Session {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	return &Session{cfg: cfg, conn: conn, log: cfg.Log}
+	if cfg.Policy == nil {
+		cfg.Policy = func() *rules.Policy { return nil }
+	}
+	s := &Session{cfg: cfg, conn: conn, log: cfg.Log}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
 }
 
 // InFlight is the number of requests waiting for their response.
@@ -181,7 +223,7 @@ func (s *Session) HandleClient(buf []byte) (int, error) {
 			fwdStart = -1
 		}
 	}
-	for len(buf)-off >= 4 {
+	for len(buf)-off >= 4 && !s.blocked {
 		size, err := s.frameLen(buf[off:], "client")
 		if err != nil {
 			flushFwd(off)
@@ -204,17 +246,21 @@ func (s *Session) HandleClient(buf []byte) (int, error) {
 			break
 		}
 		frame := buf[off : off+4+size]
-		fwd, err := s.request(frame)
+		out, asIs, err := s.request(frame)
 		if err != nil {
 			flushFwd(off)
 			return off, err
 		}
-		if fwd {
+		switch {
+		case asIs:
 			if fwdStart < 0 {
 				fwdStart = off
 			}
-		} else {
+		default:
 			flushFwd(off)
+			if out != nil {
+				s.conn.WriteUpstream(out)
+			}
 		}
 		off += 4 + size
 	}
@@ -223,12 +269,33 @@ func (s *Session) HandleClient(buf []byte) (int, error) {
 	return off, nil
 }
 
-// request handles one client frame. It returns true when the frame goes upstream unchanged.
-func (s *Session) request(frame []byte) (bool, error) {
+// request is one client request as a handler sees it, and what the handler decided.
+type request struct {
+	h     reqHeader
+	frame []byte // the whole frame; valid only during the handler call unless async
+	body  []byte
+	magic magicTag // the produce-at-offset header tag, if the request carries one
+
+	// Outcome. Nothing set: forward the frame unchanged.
+	replace []byte      // forward this frame instead
+	answer  []byte      // answer locally with this response frame; forward nothing
+	drop    bool        // forward nothing and answer nothing (an acks=0 request refused whole)
+	onResp  rewriteFunc // response hook for this request, instead of the handler's
+	// async, when set, is blocking work (a metadata lookup, a durable write) that runs off
+	// the session's goroutine; the function it returns finishes the request on it. The
+	// session takes no further request from this client until then, so order is kept.
+	async func(ctx context.Context) func(s *Session, r *request)
+	// resolved is for handlers that went async once and must not again.
+	resolved bool
+}
+
+// request handles one client frame. It returns asIs when the frame goes upstream unchanged,
+// or another frame to send upstream in its place, or neither (answered locally or pending).
+func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 	p := frame[4:]
 	h, err := parseReqHeader(p)
 	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrFrame, err)
+		return nil, false, fmt.Errorf("%w: %v", ErrFrame, err)
 	}
 	if h.hasID && string(h.clientID) != s.clientID {
 		s.clientID = string(h.clientID)
@@ -236,34 +303,101 @@ func (s *Session) request(frame []byte) (bool, error) {
 	}
 	s.cfg.Observer.Request(h.key, len(frame))
 	if !Supported(h.key, h.version) {
-		return false, s.unsupported(h)
+		return nil, false, s.unsupported(h)
 	}
 	if s.cfg.Admit != nil && !s.admitted && h.key != 17 && h.key != 18 && h.key != 36 {
 		if err := s.cfg.Admit(s.ident); err != nil {
-			return false, fmt.Errorf("%w: %s: %v", ErrForbidden, s.ident, err)
+			return nil, false, fmt.Errorf("%w: %s: %v", ErrForbidden, s.ident, err)
 		}
 		s.admitted = true
 	}
+	r := &request{h: h, frame: frame, body: p[h.bodyOff:], magic: h.magic}
 	hd := handlerFor(h.key)
 	if hd != nil && hd.request != nil {
-		if err := hd.request(s, h, p[h.bodyOff:]); err != nil {
-			return false, err
+		if err := hd.request(s, r); err != nil {
+			return nil, false, err
 		}
 	}
-	sl := slot{key: h.key, version: h.version, corr: h.corr, start: time.Now(), upstream: true}
+	if r.magic.present && !r.magic.stripped && !s.cfg.Policy().Native() && r.replace == nil && r.answer == nil && r.async == nil {
+		// A header tag nobody here understands is never forwarded to a stock broker.
+		r.replace = stripMagic(frame, h)
+	}
+	sl := slot{key: h.key, version: h.version, corr: h.corr, start: time.Now()}
 	if hd != nil {
-		if hd.noResponse != nil && hd.noResponse(h, p[h.bodyOff:]) {
-			// acks=0 Produce: the broker sends nothing back, so nothing waits for it.
-			return true, nil
-		}
+		sl.noResp = hd.noResponse != nil && hd.noResponse(h, r.body)
 		if hd.response != nil && h.version >= hd.responseFrom {
 			sl.rewrite = hd.response
 		}
 	}
-	seq := s.slots.push(sl)
-	s.upstream.pushSeq(seq)
-	s.count(1)
-	return true, nil
+	if r.async != nil {
+		s.startAsync(sl, r)
+		return nil, false, nil
+	}
+	return s.complete(sl, r), r.replace == nil && r.answer == nil && !r.drop, nil
+}
+
+// complete queues the request's slot and returns the frame to forward in place of the
+// original, if any. The caller forwards the original when nothing else was decided.
+func (s *Session) complete(sl slot, r *request) []byte {
+	if r.onResp != nil {
+		sl.rewrite = r.onResp
+	}
+	switch {
+	case r.drop:
+		return nil
+	case r.answer != nil:
+		if sl.noResp {
+			return nil
+		}
+		s.cfg.Observer.LocalAnswer(sl.key)
+		sl.done, sl.out = true, r.answer
+		s.slots.push(sl)
+		s.count(1)
+		return nil
+	}
+	if !sl.noResp {
+		// acks=0 Produce has no response, so nothing waits for one.
+		sl.upstream = true
+		seq := s.slots.push(sl)
+		s.upstream.pushSeq(seq)
+		s.count(1)
+	}
+	return r.replace
+}
+
+// startAsync runs a request's blocking work off the session's goroutine and stops taking
+// client requests until it is finished.
+func (s *Session) startAsync(sl slot, r *request) {
+	r.frame = append([]byte(nil), r.frame...)
+	r.body = r.frame[4+r.h.bodyOff:]
+	work := r.async
+	r.async = nil
+	s.blocked = true
+	ctx := s.ctx
+	go func() {
+		fin := work(ctx)
+		s.conn.Post(func() {
+			if s.closed {
+				return
+			}
+			fin(s, r)
+			if r.async != nil {
+				// Finishing asked for more blocking work: run it too.
+				s.startAsync(sl, r)
+				return
+			}
+			s.blocked = false
+			out := s.complete(sl, r)
+			switch {
+			case out != nil:
+				s.conn.WriteUpstream(out)
+			case r.answer == nil && !r.drop:
+				s.conn.WriteUpstream(r.frame)
+			}
+			s.flush()
+			s.conn.Resume()
+		})
+	}()
 }
 
 // unsupported answers or refuses a request offsetgate cannot parse.
@@ -411,6 +545,8 @@ func (s *Session) count(d int64) {
 // Close releases what the session still counts; the transport calls it when the connection
 // ends.
 func (s *Session) Close() {
+	s.closed = true
+	s.cancel()
 	s.count(-int64(s.slots.len()))
 	for s.slots.len() > 0 {
 		s.slots.pop()

@@ -21,6 +21,7 @@ func (f *fakeConn) WriteUpstream(b []byte) { f.upstream.Write(b) }
 func (f *fakeConn) ClientPending() int     { return f.pending }
 func (f *fakeConn) Resume()                { f.resumed++ }
 func (f *fakeConn) WaitClientDrain()       { f.waited++ }
+func (f *fakeConn) Post(fn func())         { fn() }
 
 // reqFrame encodes a whole request frame with kmsg's own request header writer.
 func reqFrame(r kmsg.Request, corr int32) []byte {

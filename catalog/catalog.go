@@ -1,0 +1,302 @@
+// Package catalog is what offsetgate knows about the destination's topics: the id of each
+// topic name, and which topics are mirror topics. Marks live in the destination itself, in
+// offsetgate's own compacted topic __offsetgate_marks keyed by topic id, so they survive
+// restarts and a second offsetgate instance with no local state reads the same marks. Every
+// instance follows the topic, so a mark stored or removed by one is seen by all.
+//
+// Lookups are cheap and safe from event loops; everything that talks to the destination
+// (Refresh, Store, the follower) blocks and must run off the loops.
+package catalog
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"offsetgate/rules"
+)
+
+// MarksTopic holds the marks.
+const MarksTopic = rules.OwnTopicPrefix + "marks"
+
+// TopicID is a Kafka topic id.
+type TopicID = [16]byte
+
+// Topic is what is known of one topic.
+type Topic struct {
+	Name string
+	ID   TopicID
+	Mark *rules.Mark // nil: not a mirror topic
+}
+
+// Catalog caches topic ids and marks.
+type Catalog struct {
+	cl  *kgo.Client
+	log *zap.Logger
+
+	mu     sync.RWMutex
+	byName map[string]TopicID
+	byID   map[TopicID]string
+	marks  map[TopicID]*rules.Mark
+
+	ready chan struct{}
+}
+
+// Open connects to the destination with offsetgate's own client options, makes sure the
+// marks topic exists, and reads every mark. Run must then be started to follow changes.
+func Open(ctx context.Context, opts []kgo.Opt, log *zap.Logger) (*Catalog, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.ConsumeTopics(MarksTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ClientID("offsetgate-catalog"),
+	}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	c := &Catalog{cl: cl, log: log, byName: map[string]TopicID{}, byID: map[TopicID]string{},
+		marks: map[TopicID]*rules.Mark{}, ready: make(chan struct{})}
+	if err := c.ensureTopic(ctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Catalog) ensureTopic(ctx context.Context) error {
+	adm := kadm.NewClient(c.cl)
+	brokers, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return fmt.Errorf("catalog: listing destination brokers: %w", err)
+	}
+	rf := int16(len(brokers))
+	if rf > 3 {
+		rf = 3
+	}
+	resp, err := adm.CreateTopic(ctx, 1, rf, map[string]*string{
+		"cleanup.policy": kmsg.StringPtr("compact"),
+	}, MarksTopic)
+	if errors.Is(err, kerr.TopicAlreadyExists) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("catalog: creating %s: %w", MarksTopic, err)
+	}
+	if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("catalog: creating %s: %w (%s)", MarksTopic, resp.Err, resp.ErrMessage)
+	}
+	return nil
+}
+
+// Run follows the marks topic until ctx ends. Ready is closed once every mark that existed at
+// start has been read.
+func (c *Catalog) Run(ctx context.Context) {
+	defer c.cl.Close()
+	adm := kadm.NewClient(c.cl)
+	var end int64 = -1
+	for end < 0 {
+		offs, err := adm.ListEndOffsets(ctx, MarksTopic)
+		if err == nil {
+			if o, ok := offs.Lookup(MarksTopic, 0); ok && o.Err == nil {
+				end = o.Offset
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	if end == 0 {
+		close(c.ready)
+	}
+	readyClosed := end == 0
+	for {
+		fs := c.cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			c.log.Warn("reading marks", zap.String("topic", t), zap.Error(err))
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			c.apply(r)
+			if !readyClosed && r.Offset+1 >= end {
+				readyClosed = true
+				close(c.ready)
+			}
+		})
+	}
+}
+
+// Ready is closed once the marks that existed at start are loaded.
+func (c *Catalog) Ready() <-chan struct{} { return c.ready }
+
+func (c *Catalog) apply(r *kgo.Record) {
+	id, err := parseID(string(r.Key))
+	if err != nil {
+		c.log.Warn("ignoring a marks record with a bad key", zap.ByteString("key", r.Key))
+		return
+	}
+	if r.Value == nil {
+		c.mu.Lock()
+		delete(c.marks, id)
+		c.mu.Unlock()
+		return
+	}
+	var m rules.Mark
+	if err := json.Unmarshal(r.Value, &m); err != nil {
+		c.log.Error("ignoring an unreadable mark", zap.String("topic_id", string(r.Key)), zap.Error(err))
+		return
+	}
+	if m.Version > rules.MarkVersion {
+		c.log.Error("a mark written by a newer offsetgate: treating the topic as a mirror topic, unchanged", zap.Int("version", m.Version))
+	}
+	c.mu.Lock()
+	c.marks[id] = &m
+	c.mu.Unlock()
+}
+
+func parseID(s string) (TopicID, error) {
+	var id TopicID
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return id, fmt.Errorf("bad topic id %q", s)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// IDString is a topic id as marks store it.
+func IDString(id TopicID) string { return hex.EncodeToString(id[:]) }
+
+// Observe records a topic name and id seen in a Metadata response (or any response that
+// carries both). Safe from event loops.
+func (c *Catalog) Observe(name string, id TopicID) {
+	if name == "" || id == (TopicID{}) {
+		return
+	}
+	c.mu.RLock()
+	same := c.byName[name] == id
+	c.mu.RUnlock()
+	if same {
+		return
+	}
+	// Names may alias a network buffer (kmsg's unsafe decoding): keep a copy.
+	name = strings.Clone(name)
+	c.mu.Lock()
+	if old, ok := c.byName[name]; ok {
+		delete(c.byID, old)
+	}
+	c.byName[name] = id
+	c.byID[id] = name
+	c.mu.Unlock()
+}
+
+// ByName looks a topic up by name; ok is false when its id is not known yet.
+func (c *Catalog) ByName(name string) (Topic, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	id, ok := c.byName[name]
+	if !ok {
+		return Topic{Name: name}, false
+	}
+	return Topic{Name: name, ID: id, Mark: live(c.marks[id])}, true
+}
+
+// ByID looks a topic up by id; ok is false when its name is not known yet.
+func (c *Catalog) ByID(id TopicID) (Topic, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	name, ok := c.byID[id]
+	return Topic{Name: name, ID: id, Mark: live(c.marks[id])}, ok
+}
+
+func live(m *rules.Mark) *rules.Mark {
+	if m == nil || m.Removed {
+		return nil
+	}
+	return m
+}
+
+// Removed reports whether a topic was a mirror topic and was promoted (its mark removed).
+func (c *Catalog) Removed(id TopicID) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m := c.marks[id]
+	return m != nil && m.Removed
+}
+
+// Marks lists the live marks.
+func (c *Catalog) Marks() []rules.Mark {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []rules.Mark
+	for _, m := range c.marks {
+		if !m.Removed {
+			out = append(out, *m)
+		}
+	}
+	return out
+}
+
+// Refresh asks the destination for the ids of these topics (all topics when names is empty).
+// It blocks.
+func (c *Catalog) Refresh(ctx context.Context, names []string) error {
+	req := kmsg.NewPtrMetadataRequest()
+	if len(names) == 0 {
+		req.Topics = nil
+	} else {
+		for _, n := range names {
+			t := kmsg.NewMetadataRequestTopic()
+			t.Topic = kmsg.StringPtr(n)
+			req.Topics = append(req.Topics, t)
+		}
+	}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return fmt.Errorf("catalog: metadata: %w", err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && t.ErrorCode == 0 {
+			c.Observe(*t.Topic, t.TopicID)
+		}
+	}
+	return nil
+}
+
+// Store writes a mark (or its removal) durably and applies it here at once.
+func (c *Catalog) Store(ctx context.Context, id TopicID, m rules.Mark) error {
+	m.Version = rules.MarkVersion
+	m.TopicID = IDString(id)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	r := &kgo.Record{Topic: MarksTopic, Key: []byte(m.TopicID), Value: b}
+	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("catalog: storing the mark of %s: %w", m.Topic, err)
+	}
+	c.mu.Lock()
+	c.marks[id] = &m
+	c.mu.Unlock()
+	return nil
+}
+
+// Request sends a request of offsetgate's own to the destination.
+func (c *Catalog) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	return c.cl.Request(ctx, req)
+}

@@ -1,0 +1,72 @@
+package session
+
+// CreatePartitions (key 37).
+//
+// A mirror topic keeps the source's partition count, so adding partitions to one is refused
+// with POLICY_VIOLATION (the mirror adds them when the source does, in a later version);
+// offsetgate's own topics are not changed by clients.
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/rules"
+)
+
+var createPartitionsHandler = handler{request: createPartitionsRequest}
+
+func createPartitionsRequest(s *Session, r *request) error {
+	if s.cfg.Catalog == nil {
+		return nil
+	}
+	req := kmsg.CreatePartitionsRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	var names []string
+	for _, t := range req.Topics {
+		names = append(names, t.Topic)
+	}
+	if !s.known(r, names, createPartitionsRequest) {
+		return nil
+	}
+	var refused []topicRefusal
+	keep := req.Topics[:0]
+	for _, t := range req.Topics {
+		switch {
+		case rules.IsOwnTopic(t.Topic):
+			refused = append(refused, topicRefusal{t.Topic, rules.ErrTopicAuthorization, "offsetgate: " + t.Topic + " is offsetgate's own topic"})
+		case s.mark(t.Topic) != nil:
+			refused = append(refused, topicRefusal{t.Topic, rules.ErrPolicyViolation, "offsetgate: " + t.Topic + " is a mirror topic; its partition count follows the source"})
+		default:
+			keep = append(keep, t)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	req.Topics = keep
+	splice := func(resp *kmsg.CreatePartitionsResponse) {
+		for _, rf := range refused {
+			t := kmsg.NewCreatePartitionsResponseTopic()
+			msg := rf.msg
+			t.Topic, t.ErrorCode, t.ErrorMessage = rf.topic, rf.code, &msg
+			resp.Topics = append(resp.Topics, t)
+		}
+	}
+	if len(keep) == 0 {
+		resp := kmsg.CreatePartitionsResponse{Version: r.h.version}
+		splice(&resp)
+		r.answer = responseFrame(r.h.corr, flexibleRequest(37, r.h.version), resp.AppendTo(nil))
+		return nil
+	}
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
+		resp := kmsg.CreatePartitionsResponse{Version: v}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
+		}
+		splice(&resp)
+		return resp.AppendTo(nil), true, nil
+	}
+	return nil
+}

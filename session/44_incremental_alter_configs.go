@@ -1,0 +1,313 @@
+package session
+
+// IncrementalAlterConfigs (key 44) and AlterConfigs (key 33).
+//
+// Topic config changes are judged before they reach the broker:
+//   - the mark can never be added afterwards, not even to an empty topic (INVALID_CONFIG);
+//   - removing it (DELETE, or setting it to false) promotes a mirror topic: only an approved
+//     mirroring client for the topic may, and the removal is stored before anything else
+//     happens; the topic then takes ordinary writes;
+//   - on a mirror topic, changes that would break exactness (codec, timestamp type and
+//     window, retention shorter than the source's, cleanup policy, max message size) are
+//     refused with INVALID_CONFIG naming the setting; AlterConfigs replaces every setting, so
+//     on a mirror topic it must carry the exactness settings explicitly;
+//   - offsetgate's own topics are not changed by clients.
+// offsetgate keys never reach the broker.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+	"offsetgate/rules"
+)
+
+var incrementalAlterConfigsHandler = handler{request: incrementalAlterConfigsRequest}
+var alterConfigsHandler = handler{request: alterConfigsRequest}
+
+type configRefusal struct {
+	typ  kmsg.ConfigResourceType
+	name string
+	code int16
+	msg  string
+}
+
+// judgeConfig decides one resource's change. settings maps each key to its new value (nil:
+// deleted or reset). It returns a refusal, or whether the change promotes the topic.
+func (s *Session) judgeConfig(name string, settings map[string]*string, full bool) (*configRefusal, bool) {
+	refuse := func(code int16, format string, a ...any) (*configRefusal, bool) {
+		return &configRefusal{kmsg.ConfigResourceTypeTopic, name, code, "offsetgate: " + fmt.Sprintf(format, a...)}, false
+	}
+	if rules.IsOwnTopic(name) {
+		return refuse(rules.ErrTopicAuthorization, "%s is offsetgate's own topic", name)
+	}
+	t := s.mark(name)
+	promote := false
+	for k, v := range settings {
+		if !strings.HasPrefix(k, rules.KeyPrefix) {
+			continue
+		}
+		switch {
+		case k != rules.MarkKey:
+			return refuse(rules.ErrInvalidConfig, "%s can only be given at creation", k)
+		case v != nil && *v == "true":
+			if t == nil {
+				return refuse(rules.ErrInvalidConfig, "%s cannot be added to an existing topic, not even an empty one: a topic becomes a mirror topic only at creation", rules.MarkKey)
+			}
+		default:
+			if t == nil {
+				return refuse(rules.ErrInvalidConfig, "%s is not a mirror topic", name)
+			}
+			if _, ok := s.cfg.Policy().Approved(s.ident, name); !ok {
+				return refuse(rules.ErrTopicAuthorization, "only an approved mirroring client of %s may promote it (this connection is %s)", name, s.ident)
+			}
+			promote = true
+		}
+	}
+	if t == nil || promote {
+		return nil, promote
+	}
+	for k, v := range settings {
+		if strings.HasPrefix(k, rules.KeyPrefix) {
+			continue
+		}
+		if err := rules.ConfigChange(k, v, t.Mark); err != nil {
+			return refuse(rules.ErrInvalidConfig, "%v", err)
+		}
+	}
+	if full {
+		for _, k := range []string{"compression.type", "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms"} {
+			if _, ok := settings[k]; !ok {
+				return refuse(rules.ErrInvalidConfig, "AlterConfigs replaces every setting of mirror topic %s and would reset %s: include it, or use IncrementalAlterConfigs", name, k)
+			}
+		}
+	}
+	return nil, false
+}
+
+func incrementalAlterConfigsRequest(s *Session, r *request) error {
+	if s.cfg.Catalog == nil {
+		return nil
+	}
+	req := kmsg.IncrementalAlterConfigsRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	var names []string
+	for _, res := range req.Resources {
+		if res.ResourceType == kmsg.ConfigResourceTypeTopic {
+			names = append(names, res.ResourceName)
+		}
+	}
+	if !s.known(r, names, incrementalAlterConfigsRequest) {
+		return nil
+	}
+	var refused []configRefusal
+	var promote []string
+	touched := false
+	keep := req.Resources[:0]
+	for _, res := range req.Resources {
+		if res.ResourceType != kmsg.ConfigResourceTypeTopic {
+			keep = append(keep, res)
+			continue
+		}
+		settings := map[string]*string{}
+		for _, c := range res.Configs {
+			switch c.Op {
+			case kmsg.IncrementalAlterConfigOpSet:
+				settings[c.Name] = c.Value
+			case kmsg.IncrementalAlterConfigOpDelete:
+				settings[c.Name] = nil
+			default: // APPEND, SUBTRACT: list settings; judged as a change to an unknown value
+				v := "?"
+				settings[c.Name] = &v
+			}
+		}
+		rf, pr := s.judgeConfig(res.ResourceName, settings, false)
+		if rf != nil {
+			refused = append(refused, *rf)
+			touched = true
+			continue
+		}
+		if pr {
+			promote = append(promote, res.ResourceName)
+		}
+		cfgs := res.Configs[:0]
+		for _, c := range res.Configs {
+			if strings.HasPrefix(c.Name, rules.KeyPrefix) {
+				touched = true
+				continue
+			}
+			cfgs = append(cfgs, c)
+		}
+		res.Configs = cfgs
+		if len(cfgs) == 0 && pr {
+			continue // the promotion was the whole change
+		}
+		keep = append(keep, res)
+	}
+	if !touched && len(promote) == 0 {
+		return nil
+	}
+	req.Resources = keep
+	version, corr := r.h.version, r.h.corr
+	finish := func(s *Session, r *request, promoted []configRefusal) {
+		all := append(refused, promoted...)
+		if len(req.Resources) == 0 {
+			resp := kmsg.IncrementalAlterConfigsResponse{Version: version}
+			spliceIncremental(&resp, all)
+			r.answer = responseFrame(corr, flexibleRequest(44, version), resp.AppendTo(nil))
+			return
+		}
+		r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+		r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
+			resp := kmsg.IncrementalAlterConfigsResponse{Version: v}
+			if err := resp.ReadFrom(body); err != nil {
+				return nil, false, err
+			}
+			spliceIncremental(&resp, all)
+			return resp.AppendTo(nil), true, nil
+		}
+	}
+	if len(promote) == 0 {
+		finish(s, r, nil)
+		return nil
+	}
+	s.promote(r, promote, finish)
+	return nil
+}
+
+// promote stores the removal of the marks first (asynchronously), then finishes the request.
+// Promoted topics that had nothing else to change get a success entry.
+func (s *Session) promote(r *request, names []string, finish func(*Session, *request, []configRefusal)) {
+	cat := s.cfg.Catalog
+	who := s.ident.String()
+	type done struct {
+		name string
+		err  error
+	}
+	var ts []catalog.Topic
+	for _, n := range names {
+		if t := s.mark(n); t != nil {
+			ts = append(ts, *t)
+		}
+	}
+	r.async = func(ctx context.Context) func(*Session, *request) {
+		var results []done
+		for _, t := range ts {
+			m := *t.Mark
+			m.Removed, m.MarkedAt, m.MarkedBy = true, time.Now().UTC(), who
+			results = append(results, done{t.Name, cat.Store(ctx, t.ID, m)})
+		}
+		return func(s *Session, r *request) {
+			var out []configRefusal
+			for _, d := range results {
+				if d.err != nil {
+					out = append(out, configRefusal{kmsg.ConfigResourceTypeTopic, d.name, -1, "offsetgate: storing the promotion failed: " + d.err.Error()})
+					continue
+				}
+				s.log.Info("mirror topic promoted: it takes ordinary writes from now on")
+				out = append(out, configRefusal{kmsg.ConfigResourceTypeTopic, d.name, 0, ""})
+			}
+			finish(s, r, out)
+		}
+	}
+}
+
+func spliceIncremental(resp *kmsg.IncrementalAlterConfigsResponse, rs []configRefusal) {
+	for _, rf := range rs {
+		if rf.code == 0 && hasIncremental(resp, rf.name) {
+			continue
+		}
+		res := kmsg.NewIncrementalAlterConfigsResponseResource()
+		res.ResourceType, res.ResourceName, res.ErrorCode = rf.typ, rf.name, rf.code
+		if rf.msg != "" {
+			msg := rf.msg
+			res.ErrorMessage = &msg
+		}
+		resp.Resources = append(resp.Resources, res)
+	}
+}
+
+func hasIncremental(resp *kmsg.IncrementalAlterConfigsResponse, name string) bool {
+	for _, r := range resp.Resources {
+		if r.ResourceName == name {
+			return true
+		}
+	}
+	return false
+}
+
+func alterConfigsRequest(s *Session, r *request) error {
+	if s.cfg.Catalog == nil {
+		return nil
+	}
+	req := kmsg.AlterConfigsRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	var names []string
+	for _, res := range req.Resources {
+		if res.ResourceType == kmsg.ConfigResourceTypeTopic {
+			names = append(names, res.ResourceName)
+		}
+	}
+	if !s.known(r, names, alterConfigsRequest) {
+		return nil
+	}
+	var refused []configRefusal
+	keep := req.Resources[:0]
+	for _, res := range req.Resources {
+		if res.ResourceType != kmsg.ConfigResourceTypeTopic {
+			keep = append(keep, res)
+			continue
+		}
+		settings := map[string]*string{}
+		for _, c := range res.Configs {
+			settings[c.Name] = c.Value
+		}
+		if _, ok := settings[rules.MarkKey]; ok {
+			refused = append(refused, configRefusal{res.ResourceType, res.ResourceName, rules.ErrInvalidConfig,
+				"offsetgate: the mirror mark is removed with IncrementalAlterConfigs (DELETE " + rules.MarkKey + "), and never added"})
+			continue
+		}
+		if rf, _ := s.judgeConfig(res.ResourceName, settings, s.mark(res.ResourceName) != nil); rf != nil {
+			refused = append(refused, *rf)
+			continue
+		}
+		keep = append(keep, res)
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	req.Resources = keep
+	if len(keep) == 0 {
+		resp := kmsg.AlterConfigsResponse{Version: r.h.version}
+		spliceAlter(&resp, refused)
+		r.answer = responseFrame(r.h.corr, flexibleRequest(33, r.h.version), resp.AppendTo(nil))
+		return nil
+	}
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
+		resp := kmsg.AlterConfigsResponse{Version: v}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
+		}
+		spliceAlter(&resp, refused)
+		return resp.AppendTo(nil), true, nil
+	}
+	return nil
+}
+
+func spliceAlter(resp *kmsg.AlterConfigsResponse, rs []configRefusal) {
+	for _, rf := range rs {
+		res := kmsg.NewAlterConfigsResponseResource()
+		msg := rf.msg
+		res.ResourceType, res.ResourceName, res.ErrorCode, res.ErrorMessage = rf.typ, rf.name, rf.code, &msg
+		resp.Resources = append(resp.Resources, res)
+	}
+}
