@@ -40,7 +40,7 @@ type Config struct {
 
 	TLS TLSConfig `yaml:"tls"`
 	// UpstreamSASL is offsetgate's own login for the requests it makes itself (metadata).
-	UpstreamSASL *SASLConfig       `yaml:"upstream_sasl"`
+	UpstreamSASL *SASLConfig      `yaml:"upstream_sasl"`
 	Identities   IdentitiesConfig `yaml:"identities"`
 	// Mirroring approves mirroring clients; it is re-read from Path when the file changes.
 	Mirroring rules.MirroringConfig `yaml:"mirroring"`

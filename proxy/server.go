@@ -69,7 +69,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[int32]net.Listener{}, ready: make(chan struct{})}
 	s.metrics = newMetrics(s.reg, func() float64 { return float64(s.inFlight.Load()) })
 	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	onErr := func(err error) { log.Error("certificate reload failed; the previous certificate stays in use", zap.Error(err)) }
+	onErr := func(err error) {
+		log.Error("certificate reload failed; the previous certificate stays in use", zap.Error(err))
+	}
 	if cfg.TLS.Listener != nil {
 		t, err := ogtls.NewServer(*cfg.TLS.Listener, onErr)
 		if err != nil {
