@@ -251,6 +251,7 @@ func TestAddressesNeverLeak(t *testing.T) {
 
 func oneBatch() []byte {
 	rec := kmsg.Record{Key: []byte("k"), Value: []byte("v")}
+	rec.Length = int32(len(rec.AppendTo(nil)) - 1) // AppendTo writes Length as given (0: one byte)
 	recBytes := rec.AppendTo(nil)
 	b := kmsg.RecordBatch{Magic: 2, LastOffsetDelta: 0, FirstTimestamp: time.Now().UnixMilli(), MaxTimestamp: time.Now().UnixMilli(),
 		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, Records: recBytes}

@@ -80,6 +80,14 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 	lowWater := s.cfg.Limits.ClientHighWaterBytes / 2
 	nc.toClient = newOutQueue(c, lowWater, nc.signal)
 	nc.toUp = newOutQueue(up, 0, nil)
+	s.mu.Lock()
+	s.conns[nc] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, nc)
+		s.mu.Unlock()
+	}()
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); nc.close("client", nc.toClient.run()) }()

@@ -51,6 +51,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[int32]net.Listener // broker listeners, by node id
+	conns     map[*netClient]struct{} // goroutine-transport connections, closed at shutdown
 	bootstrap net.Listener           // goroutine transport only
 	wg        sync.WaitGroup         // accept loops and goroutine-transport connections
 	ready     chan struct{}          // closed once listeners are up
@@ -66,7 +67,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[int32]net.Listener{}, ready: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[int32]net.Listener{}, conns: map[*netClient]struct{}{}, ready: make(chan struct{})}
 	s.metrics = newMetrics(s.reg, func() float64 { return float64(s.inFlight.Load()) })
 	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	onErr := func(err error) {
@@ -236,6 +237,15 @@ func (s *Server) shutdown(admin *http.Server) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.gnet.stop(ctx)
 		cancel()
+	}
+	s.mu.Lock()
+	conns := make([]*netClient, 0, len(s.conns))
+	for nc := range s.conns {
+		conns = append(conns, nc)
+	}
+	s.mu.Unlock()
+	for _, nc := range conns {
+		nc.close("server", errShutdown)
 	}
 	if admin != nil {
 		_ = admin.Close()
@@ -408,6 +418,9 @@ func (s *Server) connOpened() {
 	s.metrics.connsTotal.Inc()
 }
 
+// errShutdown closes connections when offsetgate stops.
+var errShutdown = errors.New("offsetgate is shutting down")
+
 // errTLSHandshake marks a failed client TLS handshake.
 var errTLSHandshake = errors.New("TLS handshake failed")
 
@@ -421,6 +434,8 @@ func closeKind(side string, err error) string {
 		return "protocol_error"
 	case errors.Is(err, errBufferCap):
 		return "limit"
+	case errors.Is(err, errShutdown):
+		return "shutdown"
 	case errors.Is(err, errTLSHandshake):
 		return "tls"
 	case errors.Is(err, session.ErrForbidden):
