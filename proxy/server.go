@@ -50,11 +50,11 @@ type Server struct {
 	bufHigh  atomic.Int64
 
 	mu        sync.Mutex
-	listeners map[int32]net.Listener // broker listeners, by node id
+	listeners map[int32]net.Listener  // broker listeners, by node id
 	conns     map[*netClient]struct{} // goroutine-transport connections, closed at shutdown
-	bootstrap net.Listener           // goroutine transport only
-	wg        sync.WaitGroup         // accept loops and goroutine-transport connections
-	ready     chan struct{}          // closed once listeners are up
+	bootstrap net.Listener            // goroutine transport only
+	wg        sync.WaitGroup          // accept loops and goroutine-transport connections
+	ready     chan struct{}           // closed once listeners are up
 	bootAddr  string
 }
 
