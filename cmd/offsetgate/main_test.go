@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"offsetgate/proxy"
+)
+
+func run(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := dispatch(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	code, out, _ := run("--help")
+	if code != 0 || !strings.Contains(out, "serve") {
+		t.Fatalf("--help: %d %q", code, out)
+	}
+	code, out, _ = run("version")
+	if code != 0 || !strings.HasPrefix(out, "offsetgate ") || !strings.Contains(out, "kmsg v") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+	if code, _, errs := run("nope"); code != 2 || !strings.Contains(errs, "unknown command") {
+		t.Fatalf("unknown command: %d %q", code, errs)
+	}
+}
+
+// A bad configuration names the bad key and exits 2 before anything starts.
+func TestServeConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for name, tc := range map[string]struct{ body, want string }{
+		"unknown key":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nlistn: x\n", `unknown key "listn"`},
+		"bad transport": {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: udp\n", `"transport"`},
+		"no bootstrap":  {"listen: 127.0.0.1:9092\n", `"bootstrap"`},
+		"bad mirroring": {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nmirroring: {clients: [{client_id: x, topics: [t]}]}\n", "mirroring.clients[0]"},
+		"tls on gnet":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: gnet\ntls: {upstream: {enabled: true}}\n", "gnet carries plaintext only"},
+	} {
+		code, _, errs := run("serve", "--config", write(tc.body))
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q (want it to mention %s)", name, code, errs, tc.want)
+		}
+	}
+}
+
+// The example configuration is valid.
+func TestExampleConfig(t *testing.T) {
+	c, err := proxy.LoadConfig("../../examples/offsetgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
