@@ -44,6 +44,12 @@ type Config struct {
 	Identities   IdentitiesConfig `yaml:"identities"`
 	// Mirroring approves mirroring clients; it is re-read from Path when the file changes.
 	Mirroring rules.MirroringConfig `yaml:"mirroring"`
+	// InstanceID names this offsetgate for mirror-partition ownership; default: host name and
+	// listen address (a restarted instance takes its partitions back at once).
+	InstanceID string `yaml:"instance_id"`
+	// MaxFill is the largest hole in source offsets filled with filler records; larger holes
+	// start a new shift segment. Default 10000.
+	MaxFill int64 `yaml:"max_fill"`
 	// Path is the file the configuration came from (set by LoadConfig), watched for changes
 	// to the mirroring section.
 	Path string `yaml:"-"`

@@ -25,7 +25,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"offsetgate/atoffset"
 	"offsetgate/catalog"
+	"offsetgate/ledger"
 	"offsetgate/rules"
 	"offsetgate/session"
 	ogtls "offsetgate/tls"
@@ -43,6 +45,7 @@ type Server struct {
 
 	policy  atomic.Pointer[rules.Policy]
 	catalog *catalog.Catalog
+	writer  *atoffset.Writer
 
 	gnet     *gnetTransport
 	draining atomic.Bool
@@ -126,6 +129,7 @@ func (s *Server) sessionConfig(log *zap.Logger, mapped bool) session.Config {
 		InFlight:        &s.inFlight,
 		Policy:          s.policy.Load,
 		Catalog:         s.sessionCatalog(),
+		Mirror:          s.sessionMirror(),
 	}
 }
 
@@ -170,6 +174,19 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
 	}
 	s.log.Info("mirror marks loaded", zap.Int("mirror_topics", len(cat.Marks())))
+	wcl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ClientID("offsetgate-writer"))...)
+	if err != nil {
+		return err
+	}
+	defer wcl.Close()
+	instance := s.cfg.InstanceID
+	if instance == "" {
+		host, _ := os.Hostname()
+		instance = host + "/" + s.cfg.Listen
+	}
+	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance}, wcl, ledger.New(wcl, opts),
+		s.log.Named("atoffset"), atoffset.NewMetrics(s.reg))
 	if s.cfg.Path != "" {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.watchConfig(runCtx) }()
@@ -251,6 +268,24 @@ func (s *Server) shutdown(admin *http.Server) {
 		_ = admin.Close()
 	}
 }
+
+// sessionMirror is the produce-at-offset path as sessions see it.
+func (s *Server) sessionMirror() session.Mirror {
+	if s.writer == nil {
+		return nil
+	}
+	return mirrorAdapter{s.writer}
+}
+
+type mirrorAdapter struct{ w *atoffset.Writer }
+
+func (a mirrorAdapter) Write(ctx context.Context, t catalog.Topic, p int32, records []byte) (int16, string, int64) {
+	r := a.w.Write(ctx, t, p, records)
+	return r.Code, r.Msg, r.BaseOffset
+}
+
+// Writer is the produce-at-offset writer (nil before Run).
+func (s *Server) Writer() *atoffset.Writer { return s.writer }
 
 // sessionCatalog is the catalog as sessions see it (nil until loaded).
 func (s *Server) sessionCatalog() session.Catalog {

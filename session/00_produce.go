@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -70,13 +71,24 @@ func produceAcks(version int16, body []byte) (int16, error) {
 	return int16(binary.BigEndian.Uint16(body[off:])), nil
 }
 
-// refusal is one partition offsetgate answers itself.
+// refusal is one partition offsetgate answers itself (a refusal, or the result of a
+// produce-at-offset write when code is 0).
 type refusal struct {
 	topic     string
 	topicID   catalog.TopicID
 	partition int32
 	code      int16
 	msg       string
+	base      int64
+}
+
+// atOffsetPart is one admitted produce-at-offset partition.
+type atOffsetPart struct {
+	topic     string
+	topicID   catalog.TopicID
+	info      catalog.Topic
+	partition int32
+	records   []byte
 }
 
 func produceRequest(s *Session, r *request) error {
@@ -128,6 +140,7 @@ func produceRequest(s *Session, r *request) error {
 	policy := s.cfg.Policy()
 	atOffset := r.magic.valid
 	var refused []refusal
+	var writes []atOffsetPart
 	for i, t := range req.Topics {
 		info := topics[i]
 		name := t.Topic
@@ -150,14 +163,17 @@ func produceRequest(s *Session, r *request) error {
 			case !atOffset && !ap.AttachHeader:
 				refuse(rules.ErrPolicyViolation, fmt.Sprintf("offsetgate: %s is a mirror topic; writes must be produce-at-offset (the magic request header, docs/PROTOCOL.md)", name))
 			case s.cfg.Mirror != nil:
-				// The at-offset write path (package mirror) takes the partitions over.
+				// The produce-at-offset path takes these partitions over.
 				for _, p := range t.Partitions {
-					if code, msg := s.cfg.Mirror.Admit(info, p.Partition, p.Records); code != 0 {
-						refused = append(refused, refusal{topic: strings.Clone(t.Topic), topicID: t.TopicID, partition: p.Partition, code: code, msg: msg})
-					}
+					writes = append(writes, atOffsetPart{topic: strings.Clone(t.Topic), topicID: t.TopicID, info: info,
+						partition: p.Partition, records: append([]byte(nil), p.Records...)})
 				}
 			}
 		}
+	}
+	if len(writes) > 0 {
+		mirrorWrites(s, r, req, refused, writes)
+		return nil
 	}
 	if len(refused) == 0 {
 		if r.magic.present && !policy.Native() {
@@ -166,6 +182,13 @@ func produceRequest(s *Session, r *request) error {
 		}
 		return nil
 	}
+	finishRefused(s, r, req, refused)
+	return nil
+}
+
+// finishRefused answers the refused (and mirrored) partitions itself and forwards the rest.
+func finishRefused(s *Session, r *request, req kmsg.ProduceRequest, refused []refusal) {
+	policy := s.cfg.Policy()
 	r.magic.stripped = true
 	acks, _ := produceAcks(r.h.version, r.body)
 	total := 0
@@ -175,12 +198,12 @@ func produceRequest(s *Session, r *request) error {
 	if total == len(refused) {
 		if acks == 0 {
 			r.drop = true
-			return nil
+			return
 		}
 		resp := kmsg.ProduceResponse{Version: r.h.version}
 		spliceProduce(&resp, refused, r.h.version)
 		r.answer = responseFrame(r.h.corr, flexibleRequest(0, r.h.version), resp.AppendTo(nil))
-		return nil
+		return
 	}
 	// Forward the rest; put the refusals into the broker's answer.
 	keep := req.Topics[:0]
@@ -210,7 +233,51 @@ func produceRequest(s *Session, r *request) error {
 		spliceProduce(&resp, refused, version)
 		return resp.AppendTo(nil), true, nil
 	}
-	return nil
+}
+
+// mirrorWrites runs the produce-at-offset writes off the session's goroutine (partitions in
+// parallel), then answers them with the refusals and forwards whatever else the request held.
+func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []refusal, writes []atOffsetPart) {
+	// The request was decoded without copying; keep what the asynchronous step needs.
+	req = cloneProduce(req)
+	m := s.cfg.Mirror
+	r.async = func(ctx context.Context) func(*Session, *request) {
+		results := make([]refusal, len(writes))
+		var wg sync.WaitGroup
+		for i, w := range writes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				code, msg, base := m.Write(ctx, w.info, w.partition, w.records)
+				results[i] = refusal{topic: w.topic, topicID: w.topicID, partition: w.partition, code: code, msg: msg, base: base}
+			}()
+		}
+		wg.Wait()
+		return func(s *Session, r *request) {
+			finishRefused(s, r, req, append(refused, results...))
+		}
+	}
+}
+
+// cloneProduce deep-copies what finishRefused reads of a request decoded in place.
+func cloneProduce(req kmsg.ProduceRequest) kmsg.ProduceRequest {
+	out := req
+	out.Topics = make([]kmsg.ProduceRequestTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		t.Topic = strings.Clone(t.Topic)
+		parts := make([]kmsg.ProduceRequestTopicPartition, len(t.Partitions))
+		for j, p := range t.Partitions {
+			p.Records = append([]byte(nil), p.Records...)
+			parts[j] = p
+		}
+		t.Partitions = parts
+		out.Topics[i] = t
+	}
+	if req.TransactionID != nil {
+		id := strings.Clone(*req.TransactionID)
+		out.TransactionID = &id
+	}
+	return out
 }
 
 func isRefused(rs []refusal, topic string, id catalog.TopicID, p int32) bool {
@@ -240,7 +307,10 @@ func spliceProduce(resp *kmsg.ProduceResponse, refused []refusal, version int16)
 		p := kmsg.NewProduceResponseTopicPartition()
 		p.Partition, p.ErrorCode = rf.partition, rf.code
 		p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
-		if version >= 8 {
+		if rf.code == 0 {
+			p.BaseOffset = rf.base
+		}
+		if version >= 8 && rf.msg != "" {
 			msg := rf.msg
 			p.ErrorMessage = &msg
 		}

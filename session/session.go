@@ -91,10 +91,12 @@ type Config struct {
 	Mirror Mirror
 }
 
-// Mirror is the produce-at-offset write path.
+// Mirror is the produce-at-offset write path (package atoffset). Write blocks: the session
+// calls it from its asynchronous step, never from its own goroutine.
 type Mirror interface {
-	// Admit checks one partition's at-offset records; a non-zero code refuses it.
-	Admit(t catalog.Topic, partition int32, records []byte) (code int16, msg string)
+	// Write mirrors one partition's source batches; code 0 means written (or an exact retry),
+	// and base is then the source offset of the first batch.
+	Write(ctx context.Context, t catalog.Topic, partition int32, records []byte) (code int16, msg string, base int64)
 }
 
 // Catalog is what the session asks about the destination's topics (package catalog).

@@ -1,0 +1,46 @@
+package atoffset
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	writes  *prometheus.CounterVec
+	bytes   *prometheus.CounterVec
+	halted  *prometheus.GaugeVec
+	latency prometheus.Observer
+}
+
+// NewMetrics registers the produce-at-offset metrics.
+func NewMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_mirror_writes_total",
+			Help: "Produce-at-offset partition writes, by topic, partition and result code."}, []string{"topic", "partition", "code"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_mirror_bytes_total",
+			Help: "Source record-set bytes mirrored, by topic and partition."}, []string{"topic", "partition"}),
+		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "offsetgate_mirror_partition_halted",
+			Help: "1 while a mirror partition is halted (D did not hold what was expected)."}, []string{"topic", "partition"}),
+	}
+	lat := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "offsetgate_mirror_write_seconds",
+		Help: "Time to mirror one partition's record set: ledger write and data writes.", Buckets: prometheus.DefBuckets})
+	m.latency = lat
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat)
+	return m
+}
+
+func nopMetrics() *metrics { return NewMetrics(prometheus.NewRegistry()) }
+
+func (m *metrics) observe(topic string, partition int32, r Result, n int, d time.Duration, halted bool) {
+	ps := strconv.Itoa(int(partition))
+	m.writes.WithLabelValues(topic, ps, strconv.Itoa(int(r.Code))).Inc()
+	if r.Code == 0 {
+		m.bytes.WithLabelValues(topic, ps).Add(float64(n))
+	}
+	if halted {
+		m.halted.WithLabelValues(topic, ps).Set(1)
+	}
+	m.latency.Observe(d.Seconds())
+}

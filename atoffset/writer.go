@@ -1,0 +1,560 @@
+// Package atoffset is produce-at-offset: it makes a stock destination hold every source record
+// at its source offset, or at a recorded constant shift.
+//
+// offsetgate is the only writer of a mirror partition, so it decides D's next offset. For each
+// partition it keeps a shift table (D offset = source offset - Delta, constant over long
+// segments), fills small holes in the source offsets with filler records so Delta holds, and
+// starts a new segment for a large hole. It writes as an idempotent producer of its own
+// (acks=all; a retry reuses the same producer id, epoch and sequence, so D drops what it
+// already has), writes the ledger entry of every batch before the batch (write-ahead), checks
+// the base offset D answers against the one expected, and halts the partition on any mismatch.
+//
+// Writes are blocking and run on the session's asynchronous goroutines, never on an event
+// loop. One write at a time per partition; partitions are independent.
+package atoffset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"offsetgate/batch"
+	"offsetgate/catalog"
+	"offsetgate/ledger"
+)
+
+// Error codes of produce-at-offset answers (docs/PROTOCOL.md).
+const (
+	ErrInvalidRecord   int16 = 87 // INVALID_RECORD: a batch kind this version cannot mirror exactly, or a bad CRC
+	ErrOutOfOrder      int16 = 45 // OUT_OF_ORDER_SEQUENCE_NUMBER: overlaps what is mirrored with different content, or rewinds
+	ErrFencedEpoch     int16 = 74 // FENCED_LEADER_EPOCH: a lower source leader epoch than already mirrored
+	ErrHalted          int16 = 56 // KAFKA_STORAGE_ERROR: the partition is halted
+	ErrOwned           int16 = 44 // POLICY_VIOLATION: another offsetgate instance owns the partition
+	ErrRetriable       int16 = 7  // REQUEST_TIMED_OUT: the ledger or D did not answer; retry the same batches
+	ErrNotMirrorTopic  int16 = 3  // UNKNOWN_TOPIC_OR_PARTITION
+	DefaultMaxFill           = 10000
+	DefaultLease             = 30 * time.Second
+	recentEntries            = 4096
+	defaultRequestTimeout    = 30 * time.Second
+)
+
+// Config tunes the writer.
+type Config struct {
+	// MaxFill is the largest hole filled with filler records; a larger one starts a new
+	// shift segment.
+	MaxFill int64
+	// Instance names this offsetgate for partition ownership.
+	Instance string
+	// Lease is how long an ownership claim holds without renewal.
+	Lease time.Duration
+}
+
+// Result is the answer for one partition of a produce-at-offset request.
+type Result struct {
+	Code int16
+	Msg  string
+	// BaseOffset is the source offset of the first batch of the request.
+	BaseOffset int64
+}
+
+// Segment is one stretch of the shift table: from source offset Src on, D = S - Delta.
+type Segment struct {
+	Src   int64
+	Delta int64
+}
+
+// Writer writes mirror partitions.
+type Writer struct {
+	cfg    Config
+	cl     *kgo.Client
+	ledger *ledger.Ledger
+	log    *zap.Logger
+	m      *metrics
+
+	mu    sync.Mutex
+	parts map[key]*part
+}
+
+type key struct {
+	topic     catalog.TopicID
+	partition int32
+}
+
+// New makes a writer that uses offsetgate's own client (acks=all).
+func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metrics) *Writer {
+	if cfg.MaxFill <= 0 {
+		cfg.MaxFill = DefaultMaxFill
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if m == nil {
+		m = nopMetrics()
+	}
+	return &Writer{cfg: cfg, cl: cl, ledger: l, log: log, m: m, parts: map[key]*part{}}
+}
+
+// part is one mirror partition's state. mu serializes its writes.
+type part struct {
+	mu     sync.Mutex
+	loaded bool
+	topic  string
+	tid    catalog.TopicID
+	id     string // topic id, hex
+
+	segments []Segment
+	next     int64 // next source offset expected; -1: nothing mirrored yet
+	dnext    int64 // D offset of the next write
+	epoch    int32 // highest source leader epoch mirrored
+	pid      int64
+	pepoch   int16
+	seq      int32
+
+	recent  []ledger.Entry // last entries (batches and fillers), oldest first
+	pending []ledger.Entry // written to the ledger, not yet confirmed by D
+	halted  string
+	until   time.Time // our ownership lease
+	leader  int32     // cached leader of the partition on D; -1: unknown
+}
+
+func (w *Writer) part(t catalog.Topic, partition int32) *part {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := key{t.ID, partition}
+	p := w.parts[k]
+	if p == nil {
+		p = &part{topic: t.Name, tid: t.ID, id: catalog.IDString(t.ID), next: -1, epoch: -1, leader: -1}
+		w.parts[k] = p
+	}
+	return p
+}
+
+// Status is a partition's state for `offsetgate status` and ListOffsets.
+type Status struct {
+	Next     int64 // mirrored end (source offset); -1 when nothing is mirrored
+	Segments []Segment
+	Epoch    int32
+	Halted   string
+	Pending  int
+}
+
+// Status loads the partition if needed and reports its state.
+func (w *Writer) Status(ctx context.Context, t catalog.Topic, partition int32) (Status, error) {
+	p := w.part(t, partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := w.load(ctx, p, partition); err != nil {
+		return Status{}, err
+	}
+	next := p.next
+	if len(p.pending) > 0 {
+		next = p.pending[0].Src
+	}
+	return Status{Next: next, Segments: append([]Segment(nil), p.segments...), Epoch: p.epoch, Halted: p.halted, Pending: len(p.pending)}, nil
+}
+
+// load reads the partition's ledger (takeover) the first time it is used by this process.
+func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
+	if p.loaded {
+		return nil
+	}
+	// The ledger topic has the mirror topic's partition count: partition p's history is
+	// ledger partition p.
+	count, err := w.partitionCount(ctx, p.topic)
+	if err != nil {
+		return err
+	}
+	if err := w.ledger.Ensure(ctx, p.id, count); err != nil {
+		return err
+	}
+	es, err := w.ledger.Read(ctx, p.id, partition)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		switch e.Kind {
+		case ledger.KindSegment:
+			p.segments = append(p.segments, Segment{Src: e.Src, Delta: e.Delta})
+		case ledger.KindBatch, ledger.KindFiller:
+			p.remember(e)
+			p.next, p.dnext = e.Last+1, e.D+int64(e.Count)
+			p.pid, p.pepoch, p.seq = e.PID, e.PEpoch, e.Seq+e.Count
+			if e.Kind == ledger.KindBatch && e.Epoch > p.epoch {
+				p.epoch = e.Epoch
+			}
+		case ledger.KindOwner:
+			if e.Owner != w.cfg.Instance && time.Now().Before(e.Until) {
+				return &ownedError{owner: e.Owner, until: e.Until}
+			}
+		case ledger.KindHalt:
+			p.halted = e.Reason
+		}
+	}
+	// What D holds for sure is below its high watermark; entries at or beyond it may or may not
+	// be written, and are retried with their own producer values before anything new.
+	hwm, err := w.highWatermark(ctx, p.topic, partition)
+	if err != nil {
+		return err
+	}
+	for _, e := range p.recent {
+		if e.D+int64(e.Count) > hwm {
+			p.pending = append(p.pending, e)
+		}
+	}
+	if len(es) == 0 {
+		// A fresh mirror partition: D's end is where the first segment starts.
+		p.dnext = hwm
+		pid, epoch, err := w.initProducer(ctx)
+		if err != nil {
+			return err
+		}
+		p.pid, p.pepoch, p.seq = pid, epoch, 0
+	}
+	p.loaded = true
+	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
+		zap.Int("ledger_entries", len(es)), zap.Int64("next", p.next), zap.Int("pending", len(p.pending)))
+	return nil
+}
+
+type ownedError struct {
+	owner string
+	until time.Time
+}
+
+func (e *ownedError) Error() string {
+	return fmt.Sprintf("owned by offsetgate instance %q until %s", e.owner, e.until.Format(time.RFC3339))
+}
+
+func (p *part) remember(e ledger.Entry) {
+	p.recent = append(p.recent, e)
+	if len(p.recent) > recentEntries {
+		p.recent = append(p.recent[:0], p.recent[len(p.recent)-recentEntries/2:]...)
+	}
+}
+
+func (p *part) find(src int64) *ledger.Entry {
+	for i := len(p.recent) - 1; i >= 0; i-- {
+		if p.recent[i].Src == src {
+			return &p.recent[i]
+		}
+	}
+	return nil
+}
+
+func (w *Writer) highWatermark(ctx context.Context, topic string, partition int32) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = partition, -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	shards := w.cl.RequestSharded(ctx, req)
+	for _, sh := range shards {
+		if sh.Err != nil {
+			return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, sh.Err)
+		}
+		resp := sh.Resp.(*kmsg.ListOffsetsResponse)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.Partition == partition {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, err)
+					}
+					return p.Offset, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("end offset of %s[%d]: no answer", topic, partition)
+}
+
+func (w *Writer) initProducer(ctx context.Context) (int64, int16, error) {
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionTimeoutMillis = 60000
+	resp, err := req.RequestWith(ctx, w.cl)
+	if err != nil {
+		return 0, 0, fmt.Errorf("producer id from the destination: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, 0, fmt.Errorf("producer id from the destination: %w", err)
+	}
+	return resp.ProducerID, resp.ProducerEpoch, nil
+}
+
+// write is one planned write to D.
+type write struct {
+	entry ledger.Entry
+	data  []byte // the batch as D receives it
+	dup   bool   // already on D: acknowledge only
+	retry bool   // a pending entry from before: resend with its own producer values
+}
+
+// Write mirrors one partition's record set (one or more source batches in offset order).
+func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte) Result {
+	start := time.Now()
+	p := w.part(t, partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res := w.write(ctx, p, t, partition, records)
+	w.m.observe(p.topic, partition, res, len(records), time.Since(start), p.halted != "")
+	return res
+}
+
+func (w *Writer) write(ctx context.Context, p *part, t catalog.Topic, partition int32, records []byte) Result {
+	if err := w.load(ctx, p, partition); err != nil {
+		var oe *ownedError
+		if errors.As(err, &oe) {
+			return Result{Code: ErrOwned, Msg: "offsetgate: partition " + oe.Error() + "; one instance writes a mirror partition"}
+		}
+		return Result{Code: ErrRetriable, Msg: "offsetgate: loading the partition's ledger: " + err.Error()}
+	}
+	if p.halted != "" {
+		return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + p.halted + " (docs/operations.md)"}
+	}
+	sets, hs, err := batch.Split(records)
+	if err != nil {
+		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}
+	}
+	if len(sets) == 0 {
+		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: no record batch"}
+	}
+	for i, h := range hs {
+		switch {
+		case h.Attributes&batch.AttrControl != 0:
+			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: control batch at %d: transaction markers are not mirrored by this version", h.BaseOffset)}
+		case h.Attributes&batch.AttrTransactional != 0:
+			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: transactional batch at %d: transactions are not mirrored by this version", h.BaseOffset)}
+		case h.RecordCount == 0 || int64(h.RecordCount) != int64(h.LastOffsetDelta)+1:
+			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: batch at %d holds %d records for %d offsets (compaction): compacted batches are not mirrored by this version", h.BaseOffset, h.RecordCount, h.LastOffsetDelta+1)}
+		case !batch.Valid(sets[i]):
+			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: batch at %d fails its CRC", h.BaseOffset)}
+		}
+	}
+
+	// Plan. Nothing changes in p until the ledger holds the plan.
+	next, dnext, seq, epoch := p.next, p.dnext, p.seq, p.epoch
+	segments := p.segments
+	var plan []write
+	var newEntries []ledger.Entry
+	pendingIdx := 0
+	for i, h := range hs {
+		if h.LeaderEpoch < epoch {
+			return Result{Code: ErrFencedEpoch, Msg: fmt.Sprintf("offsetgate: batch at %d has leader epoch %d, below the %d already mirrored", h.BaseOffset, h.LeaderEpoch, epoch)}
+		}
+		if next >= 0 && h.BaseOffset < next {
+			e := p.find(h.BaseOffset)
+			if e == nil || e.Kind != ledger.KindBatch || e.Last != h.LastOffset() || e.CRC != h.CRC || e.Len != h.Length || e.Epoch != h.LeaderEpoch {
+				return Result{Code: ErrOutOfOrder, Msg: fmt.Sprintf("offsetgate: batch at %d overlaps what is mirrored with different content; the mirror expects offset %d next", h.BaseOffset, mirroredEnd(p))}
+			}
+			if pendingIdx < len(p.pending) && p.pending[pendingIdx].Src == e.Src {
+				pendingIdx++
+				plan = append(plan, write{entry: *e, data: batch.ForDestination(sets[i], batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq}), retry: true})
+			} else {
+				plan = append(plan, write{entry: *e, dup: true})
+			}
+			continue
+		}
+		if pendingIdx < len(p.pending) {
+			return Result{Code: ErrOutOfOrder, Msg: fmt.Sprintf("offsetgate: unconfirmed writes from offset %d must be retried first", p.pending[pendingIdx].Src)}
+		}
+		switch {
+		case next < 0:
+			d := Segment{Src: h.BaseOffset, Delta: h.BaseOffset - dnext}
+			segments = append(segments, d)
+			newEntries = append(newEntries, ledger.Entry{Kind: ledger.KindSegment, Src: d.Src, Delta: d.Delta})
+		case h.BaseOffset > next && h.BaseOffset-next <= w.cfg.MaxFill:
+			n := int32(h.BaseOffset - next)
+			fe := ledger.Entry{Kind: ledger.KindFiller, Src: next, Last: h.BaseOffset - 1, D: dnext, Count: n, PID: p.pid, PEpoch: p.pepoch, Seq: seq}
+			plan = append(plan, write{entry: fe, data: batch.Filler(int(n), h.BaseTimestamp, batch.Producer{ID: p.pid, Epoch: p.pepoch, Sequence: seq})})
+			newEntries = append(newEntries, fe)
+			dnext += int64(n)
+			seq += n
+		case h.BaseOffset > next:
+			d := Segment{Src: h.BaseOffset, Delta: h.BaseOffset - dnext}
+			segments = append(segments, d)
+			newEntries = append(newEntries, ledger.Entry{Kind: ledger.KindSegment, Src: d.Src, Delta: d.Delta})
+		}
+		count := h.LastOffsetDelta + 1
+		e := ledger.Entry{Kind: ledger.KindBatch, Src: h.BaseOffset, Last: h.LastOffset(), D: dnext, Count: count,
+			Epoch: h.LeaderEpoch, CRC: h.CRC, Len: h.Length, Attrs: h.Attributes, MaxTS: h.MaxTimestamp,
+			SrcPID: h.ProducerID, SrcPEpoch: h.ProducerEpoch, SrcSeq: h.BaseSequence, PID: p.pid, PEpoch: p.pepoch, Seq: seq}
+		plan = append(plan, write{entry: e, data: batch.ForDestination(sets[i], batch.Producer{ID: p.pid, Epoch: p.pepoch, Sequence: seq})})
+		newEntries = append(newEntries, e)
+		dnext += int64(count)
+		seq += count
+		next = h.LastOffset() + 1
+		if h.LeaderEpoch > epoch {
+			epoch = h.LeaderEpoch
+		}
+	}
+
+	// Ownership: claim or renew before writing.
+	if time.Until(p.until) < w.cfg.Lease/2 {
+		until := time.Now().Add(w.cfg.Lease)
+		newEntries = append([]ledger.Entry{{Kind: ledger.KindOwner, Src: -1, Owner: w.cfg.Instance, Until: until}}, newEntries...)
+		p.until = until
+	}
+	// Write-ahead: the ledger holds the plan before D gets a byte of it.
+	if len(newEntries) > 0 {
+		lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+		err := w.ledger.Append(lctx, p.id, partition, newEntries)
+		cancel()
+		if err != nil {
+			p.until = time.Time{}
+			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written: " + err.Error()}
+		}
+		for _, e := range newEntries {
+			if e.Kind == ledger.KindBatch || e.Kind == ledger.KindFiller {
+				p.remember(e)
+				p.pending = append(p.pending, e)
+			}
+		}
+		p.segments, p.next, p.dnext, p.seq, p.epoch = segments, next, dnext, seq, epoch
+	}
+
+	// Data, in order, one batch per Produce request (what a stock broker takes).
+	for _, wr := range plan {
+		if wr.dup {
+			continue
+		}
+		base, err := w.produce(ctx, p, partition, wr.data)
+		if err != nil {
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: writing offset %d to the destination: %v; retry from offset %d", wr.entry.Src, err, mirroredEnd(p))}
+		}
+		if base != wr.entry.D {
+			reason := fmt.Sprintf("the destination put source offset %d at %d, expected %d (a write that did not come through offsetgate?)", wr.entry.Src, base, wr.entry.D)
+			p.halted = reason
+			w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
+			hctx, cancel := context.WithTimeout(context.Background(), defaultRequestTimeout)
+			_ = w.ledger.Append(hctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: wr.entry.Src, Reason: reason}})
+			cancel()
+			return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + reason}
+		}
+		p.confirm(wr.entry.Src)
+	}
+	return Result{BaseOffset: hs[0].BaseOffset}
+}
+
+func (p *part) confirm(src int64) {
+	for i, e := range p.pending {
+		if e.Src == src {
+			p.pending = append(p.pending[:i:i], p.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+func mirroredEnd(p *part) int64 {
+	if len(p.pending) > 0 {
+		return p.pending[0].Src
+	}
+	return p.next
+}
+
+// produce sends one batch to the partition's leader as an idempotent, acks=all Produce and
+// returns the base offset D assigned. Retriable errors are retried with the same bytes (and so
+// the same producer values), which D recognises as duplicates.
+func (w *Writer) produce(ctx context.Context, p *part, partition int32, data []byte) (int64, error) {
+	topic := p.topic
+	var last error
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(time.Duration(attempt*100) * time.Millisecond):
+			}
+		}
+		if p.leader < 0 || attempt > 0 {
+			l, err := w.leader(ctx, topic, partition)
+			if err != nil {
+				last = err
+				continue
+			}
+			p.leader = l
+		}
+		leader := p.leader
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, int32(defaultRequestTimeout/time.Millisecond)
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = topic, p.tid // kgo negotiates the version; v13 names topics by id
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = partition, data
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
+		kr, err := w.cl.Broker(int(leader)).Request(rctx, req)
+		cancel()
+		if err != nil {
+			last = err
+			continue
+		}
+		resp := kr.(*kmsg.ProduceResponse)
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return 0, errors.New("malformed produce response")
+		}
+		pr := resp.Topics[0].Partitions[0]
+		err = kerr.ErrorForCode(pr.ErrorCode)
+		if err == nil {
+			return pr.BaseOffset, nil
+		}
+		if !kerr.IsRetriable(err) {
+			return 0, err
+		}
+		last = err
+	}
+	return 0, last
+}
+
+func (w *Writer) partitionCount(ctx context.Context, topic string) (int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, mt)
+	resp, err := req.RequestWith(ctx, w.cl)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+		return 0, fmt.Errorf("metadata of %s: %v", topic, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+	}
+	return int32(len(resp.Topics[0].Partitions)), nil
+}
+
+func (w *Writer) leader(ctx context.Context, topic string, partition int32) (int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, mt)
+	resp, err := req.RequestWith(ctx, w.cl)
+	if err != nil {
+		return -1, err
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.Partition == partition && p.ErrorCode == 0 && p.Leader >= 0 {
+				return p.Leader, nil
+			}
+		}
+	}
+	return -1, fmt.Errorf("no leader for %s[%d]", topic, partition)
+}
+
+// Translate maps a source offset to D's with the partition's shift table (loaded state).
+func Translate(segs []Segment, src int64) int64 {
+	var delta int64
+	for _, s := range segs {
+		if s.Src <= src {
+			delta = s.Delta
+		}
+	}
+	return src - delta
+}

@@ -1,0 +1,163 @@
+// Package batch reads and writes Kafka record batches (magic v2) at the byte level, for the
+// produce-at-offset path: it splits a partition's record set into batches, reads their header
+// fields, rewrites the fields the destination must see differently (recomputing the CRC only
+// when a field inside it changed), and builds filler batches that only hold offsets.
+//
+// Header layout (61 bytes): BaseOffset i64 @0, BatchLength i32 @8, PartitionLeaderEpoch i32
+// @12, Magic i8 @16, CRC u32 @17 (CRC-32C of bytes 21..end), Attributes i16 @21,
+// LastOffsetDelta i32 @23, BaseTimestamp i64 @27, MaxTimestamp i64 @35, ProducerId i64 @43,
+// ProducerEpoch i16 @51, BaseSequence i32 @53, RecordCount i32 @57, records @61.
+package batch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// HeaderLen is the size of a v2 batch header.
+const HeaderLen = 61
+
+// Attribute bits.
+const (
+	AttrCodecMask     = 0x07
+	AttrLogAppendTime = 0x08
+	AttrTransactional = 0x10
+	AttrControl       = 0x20
+	AttrDeleteHorizon = 0x40
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Header is a batch's header fields.
+type Header struct {
+	BaseOffset      int64
+	Length          int32 // BatchLength: bytes after the length field
+	LeaderEpoch     int32
+	Magic           int8
+	CRC             uint32
+	Attributes      int16
+	LastOffsetDelta int32
+	BaseTimestamp   int64
+	MaxTimestamp    int64
+	ProducerID      int64
+	ProducerEpoch   int16
+	BaseSequence    int32
+	RecordCount     int32
+}
+
+// LastOffset is the batch's last offset.
+func (h Header) LastOffset() int64 { return h.BaseOffset + int64(h.LastOffsetDelta) }
+
+// Size is the whole batch's size in bytes.
+func (h Header) Size() int { return 12 + int(h.Length) }
+
+// ErrTruncated marks a record set that ends inside a batch.
+var ErrTruncated = errors.New("record batch truncated")
+
+// ReadHeader reads the header of the batch at the start of b.
+func ReadHeader(b []byte) (Header, error) {
+	var h Header
+	if len(b) < HeaderLen {
+		return h, ErrTruncated
+	}
+	h.BaseOffset = int64(binary.BigEndian.Uint64(b[0:]))
+	h.Length = int32(binary.BigEndian.Uint32(b[8:]))
+	h.LeaderEpoch = int32(binary.BigEndian.Uint32(b[12:]))
+	h.Magic = int8(b[16])
+	h.CRC = binary.BigEndian.Uint32(b[17:])
+	h.Attributes = int16(binary.BigEndian.Uint16(b[21:]))
+	h.LastOffsetDelta = int32(binary.BigEndian.Uint32(b[23:]))
+	h.BaseTimestamp = int64(binary.BigEndian.Uint64(b[27:]))
+	h.MaxTimestamp = int64(binary.BigEndian.Uint64(b[35:]))
+	h.ProducerID = int64(binary.BigEndian.Uint64(b[43:]))
+	h.ProducerEpoch = int16(binary.BigEndian.Uint16(b[51:]))
+	h.BaseSequence = int32(binary.BigEndian.Uint32(b[53:]))
+	h.RecordCount = int32(binary.BigEndian.Uint32(b[57:]))
+	if h.Magic != 2 {
+		return h, fmt.Errorf("record batch magic %d: only v2 batches are supported", h.Magic)
+	}
+	if h.Length < HeaderLen-12 {
+		return h, fmt.Errorf("record batch length %d is shorter than a header", h.Length)
+	}
+	return h, nil
+}
+
+// Split cuts a record set into whole batches. A trailing partial batch is an error.
+func Split(b []byte) ([][]byte, []Header, error) {
+	var out [][]byte
+	var hs []Header
+	for len(b) > 0 {
+		h, err := ReadHeader(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if h.Size() > len(b) {
+			return nil, nil, ErrTruncated
+		}
+		out = append(out, b[:h.Size()])
+		hs = append(hs, h)
+		b = b[h.Size():]
+	}
+	return out, hs, nil
+}
+
+// CRC computes a batch's CRC-32C (bytes 21..end).
+func CRC(b []byte) uint32 { return crc32.Checksum(b[21:], castagnoli) }
+
+// Valid reports whether a batch's stored CRC matches its bytes.
+func Valid(b []byte) bool {
+	return len(b) >= HeaderLen && binary.BigEndian.Uint32(b[17:]) == CRC(b)
+}
+
+// Producer fields a writer puts on a batch.
+type Producer struct {
+	ID       int64
+	Epoch    int16
+	Sequence int32
+}
+
+// ForDestination returns a copy of a source batch as the destination must receive it from a
+// client: base offset 0 (Kafka assigns offsets from its log end), no partition leader epoch
+// (the broker stamps its own), offsetgate's producer fields, the LogAppendTime bit cleared
+// (the mirror topic is CreateTime; the ledger keeps the original), and a new CRC.
+func ForDestination(src []byte, p Producer) []byte {
+	out := append([]byte(nil), src...)
+	binary.BigEndian.PutUint64(out[0:], 0)
+	binary.BigEndian.PutUint32(out[12:], 0xffffffff)
+	attrs := binary.BigEndian.Uint16(out[21:]) &^ AttrLogAppendTime
+	binary.BigEndian.PutUint16(out[21:], attrs)
+	binary.BigEndian.PutUint64(out[43:], uint64(p.ID))
+	binary.BigEndian.PutUint16(out[51:], uint16(p.Epoch))
+	binary.BigEndian.PutUint32(out[53:], uint32(p.Sequence))
+	binary.BigEndian.PutUint32(out[17:], CRC(out))
+	return out
+}
+
+// FillerHeader is the header key that marks filler records.
+const FillerHeader = "offsetgate.filler"
+
+// Filler builds an uncompressed batch of n filler records: no key, no value, the
+// offsetgate.filler header, all with timestamp ts so time lookups stay monotonic. Offsets are
+// 0..n-1 (the destination assigns the real ones).
+func Filler(n int, ts int64, p Producer) []byte {
+	var recs []byte
+	for i := 0; i < n; i++ {
+		r := kmsg.Record{OffsetDelta: int32(i), Key: nil, Value: nil,
+			Headers: []kmsg.Header{{Key: FillerHeader, Value: []byte{1}}}}
+		r.Length = int32(len(r.AppendTo(nil)) - 1) // AppendTo writes Length as given (0: one byte)
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{
+		FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(n - 1),
+		FirstTimestamp: ts, MaxTimestamp: ts, ProducerID: p.ID, ProducerEpoch: p.Epoch,
+		FirstSequence: p.Sequence, NumRecords: int32(n), Records: recs,
+	}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], CRC(out))
+	return out
+}

@@ -1,0 +1,192 @@
+// Package ledger is offsetgate's write-ahead record of produce-at-offset, kept in the
+// destination itself: one topic per mirror topic, __offsetgate_ledger_<topic id>, with the
+// mirror topic's partition count, so mirror partition p's history is ledger partition p, in
+// order. An entry is written (acks=all) before the data it describes; after a crash the entries
+// beyond what the destination confirmed are retried with exactly the producer values they hold.
+//
+// Entries are versioned JSON. Each record's timestamp is the entry's source base offset, so a
+// timestamp lookup (ListOffsets) finds the entry of a source offset without reading the whole
+// partition; the ledger topics therefore keep CreateTime timestamps and never expire by time.
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/rules"
+)
+
+// Version is the entry format this offsetgate writes.
+const Version = 1
+
+// Entry kinds.
+const (
+	KindBatch   = "batch"   // a source batch written at D offset D
+	KindFiller  = "filler"  // filler records for a small hole in the source offsets
+	KindSegment = "segment" // a new shift segment: D = S - Delta from Src on
+	KindOwner   = "owner"   // the instance that writes this partition, and until when
+	KindHalt    = "halt"    // the partition stopped: D did not hold what was expected
+)
+
+// Entry is one ledger record.
+type Entry struct {
+	V    int    `json:"v"`
+	Kind string `json:"k"`
+
+	// batch, filler: source range [Src, Last] at destination offsets from D.
+	Src   int64 `json:"src"`
+	Last  int64 `json:"last,omitempty"`
+	D     int64 `json:"d,omitempty"`
+	Count int32 `json:"n,omitempty"`
+
+	// batch: the source header fields offsetgate changed or must give back.
+	Epoch     int32  `json:"epoch,omitempty"`
+	CRC       uint32 `json:"crc,omitempty"`
+	Len       int32  `json:"len,omitempty"`
+	Attrs     int16  `json:"attrs,omitempty"`
+	MaxTS     int64  `json:"maxts,omitempty"`
+	SrcPID    int64  `json:"spid,omitempty"`
+	SrcPEpoch int16  `json:"sepoch,omitempty"`
+	SrcSeq    int32  `json:"sseq,omitempty"`
+
+	// batch, filler: offsetgate's producer values on D (retries reuse them exactly).
+	PID    int64 `json:"pid,omitempty"`
+	PEpoch int16 `json:"pepoch,omitempty"`
+	Seq    int32 `json:"seq,omitempty"`
+
+	// segment
+	Delta int64 `json:"delta,omitempty"`
+
+	// owner
+	Owner string    `json:"owner,omitempty"`
+	Until time.Time `json:"until,omitempty"`
+
+	// halt
+	Reason string `json:"reason,omitempty"`
+}
+
+// Topic names the ledger topic of a mirror topic.
+func Topic(topicID string) string { return rules.OwnTopicPrefix + "ledger_" + topicID }
+
+// Ledger reads and writes ledger topics with offsetgate's own client.
+type Ledger struct {
+	cl   *kgo.Client
+	opts []kgo.Opt
+}
+
+// New wraps offsetgate's own client (acks=all, no linger) and the options to make readers.
+func New(cl *kgo.Client, opts []kgo.Opt) *Ledger { return &Ledger{cl: cl, opts: opts} }
+
+// Ensure creates the ledger topic of a mirror topic if it does not exist.
+func (l *Ledger) Ensure(ctx context.Context, topicID string, partitions int32) error {
+	adm := kadm.NewClient(l.cl)
+	brokers, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	rf := int16(len(brokers))
+	if rf > 3 {
+		rf = 3
+	}
+	_, err = adm.CreateTopic(ctx, partitions, rf, map[string]*string{
+		"cleanup.policy":                 kmsg.StringPtr("delete"),
+		"retention.ms":                   kmsg.StringPtr("-1"),
+		"retention.bytes":                kmsg.StringPtr("-1"),
+		"message.timestamp.type":         kmsg.StringPtr("CreateTime"),
+		"message.timestamp.after.max.ms": kmsg.StringPtr("9223372036854775807"),
+		"compression.type":               kmsg.StringPtr("zstd"),
+	}, Topic(topicID))
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("ledger: creating %s: %w", Topic(topicID), err)
+	}
+	return nil
+}
+
+// Append writes entries to a partition's ledger, durably (acks=all), in order.
+func (l *Ledger) Append(ctx context.Context, topicID string, partition int32, es []Entry) error {
+	rs := make([]*kgo.Record, 0, len(es))
+	for _, e := range es {
+		e.V = Version
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, &kgo.Record{Topic: Topic(topicID), Partition: partition, Key: []byte(e.Kind + ":" + strconv.FormatInt(e.Src, 10)),
+			Value: b, Timestamp: time.UnixMilli(max(e.Src, 0))})
+	}
+	if err := l.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		return fmt.Errorf("ledger: appending to %s[%d]: %w", Topic(topicID), partition, err)
+	}
+	return nil
+}
+
+// Read returns every entry of a partition's ledger, in order.
+func (l *Ledger) Read(ctx context.Context, topicID string, partition int32) ([]Entry, error) {
+	topic := Topic(topicID)
+	adm := kadm.NewClient(l.cl)
+	var end kadm.ListedOffset
+	// A ledger topic created a moment ago may not be known to every broker yet.
+	for attempt := 0; ; attempt++ {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		var ok bool
+		if err == nil {
+			end, ok = ends.Lookup(topic, partition)
+			if ok && end.Err == nil {
+				break
+			}
+			err = end.Err
+		}
+		if attempt == 50 {
+			return nil, fmt.Errorf("ledger: end of %s[%d]: %v", topic, partition, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if end.Offset == 0 {
+		return nil, nil
+	}
+	rd, err := kgo.NewClient(append(append([]kgo.Opt{}, l.opts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()))...)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	var out []Entry
+	for {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("ledger: reading %s[%d]: %w", topic, partition, ctx.Err())
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return nil, fmt.Errorf("ledger: reading %s[%d]: %w", topic, partition, ferr)
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			var e Entry
+			if err := json.Unmarshal(r.Value, &e); err == nil {
+				out = append(out, e)
+			}
+			if r.Offset+1 >= end.Offset {
+				done = true
+			}
+		})
+		if done {
+			return out, nil
+		}
+	}
+}
