@@ -3,23 +3,20 @@ package proxy
 import (
 	"context"
 	stdtls "crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"go.uber.org/zap"
 
 	"offsetgate/rules"
+	"offsetgate/wire"
 )
 
 // SASLConfig is a SASL login offsetgate performs itself: for its own requests to the
@@ -141,86 +138,17 @@ func identityOf(c net.Conn) rules.Identity {
 	return id
 }
 
-// saslLogin authenticates a fresh upstream connection with offsetgate-held credentials, using
-// SaslHandshake v1 and SaslAuthenticate frames, before any client byte is forwarded on it.
+// saslLogin authenticates a fresh upstream connection with offsetgate-held credentials before
+// any client byte is forwarded on it.
 func saslLogin(ctx context.Context, c net.Conn, cfg *SASLConfig) error {
 	mech, err := cfg.mechanism()
 	if err != nil {
 		return err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-		defer func() { _ = c.SetDeadline(time.Time{}) }()
+	if err := wire.Wrap(c, "offsetgate").Login(ctx, mech); err != nil {
+		return fmt.Errorf("as %q: %w", cfg.Username, err)
 	}
-	corr := int32(0)
-	rt := func(req kmsg.Request, resp kmsg.Response) error {
-		corr++
-		b := kmsg.NewRequestFormatter(kmsg.FormatterClientID("offsetgate")).AppendRequest(nil, req, corr)
-		if _, err := c.Write(b); err != nil {
-			return err
-		}
-		var sz [4]byte
-		if _, err := io.ReadFull(c, sz[:]); err != nil {
-			return err
-		}
-		p := make([]byte, binary.BigEndian.Uint32(sz[:]))
-		if _, err := io.ReadFull(c, p); err != nil {
-			return err
-		}
-		if len(p) < 4 || int32(binary.BigEndian.Uint32(p)) != corr {
-			return errors.New("SASL login: response out of order")
-		}
-		body := p[4:]
-		if req.IsFlexible() {
-			// Response header v1: skip its tagged fields (offsetgate sends none, brokers none).
-			n, w := binary.Uvarint(body)
-			if w <= 0 || n != 0 {
-				return errors.New("SASL login: unexpected response header tags")
-			}
-			body = body[w:]
-		}
-		resp.SetVersion(req.GetVersion())
-		return resp.ReadFrom(body)
-	}
-	hs := kmsg.NewPtrSASLHandshakeRequest()
-	hs.SetVersion(1)
-	hs.Mechanism = mech.Name()
-	hsResp := kmsg.NewPtrSASLHandshakeResponse()
-	if err := rt(hs, hsResp); err != nil {
-		return fmt.Errorf("SASL handshake: %w", err)
-	}
-	if hsResp.ErrorCode != 0 {
-		return fmt.Errorf("SASL handshake: the destination refused mechanism %s (error %d, enabled %v)", mech.Name(), hsResp.ErrorCode, hsResp.SupportedMechanisms)
-	}
-	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-	sess, msg, err := mech.Authenticate(ctx, host)
-	if err != nil {
-		return err
-	}
-	for {
-		req := kmsg.NewPtrSASLAuthenticateRequest()
-		req.SetVersion(1)
-		req.SASLAuthBytes = msg
-		resp := kmsg.NewPtrSASLAuthenticateResponse()
-		if err := rt(req, resp); err != nil {
-			return fmt.Errorf("SASL authenticate: %w", err)
-		}
-		if resp.ErrorCode != 0 {
-			m := ""
-			if resp.ErrorMessage != nil {
-				m = *resp.ErrorMessage
-			}
-			return fmt.Errorf("SASL login as %q failed: %s", cfg.Username, m)
-		}
-		done, next, err := sess.Challenge(resp.SASLAuthBytes)
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		msg = next
-	}
+	return nil
 }
 
 // ownClientOpts are the kgo options for offsetgate's own requests to the destination.

@@ -284,6 +284,18 @@ func (a mirrorAdapter) Write(ctx context.Context, t catalog.Topic, p int32, reco
 	return r.Code, r.Msg, r.BaseOffset
 }
 
+func (a mirrorAdapter) Shift(ctx context.Context, t catalog.Topic, p int32) ([][2]int64, error) {
+	st, err := a.w.Status(ctx, t, p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][2]int64, len(st.Segments))
+	for i, sg := range st.Segments {
+		out[i] = [2]int64{sg.Src, sg.Delta}
+	}
+	return out, nil
+}
+
 // Writer is the produce-at-offset writer (nil before Run).
 func (s *Server) Writer() *atoffset.Writer { return s.writer }
 

@@ -27,6 +27,8 @@ func handlerFor(key int16) *handler {
 		return &produceHandler
 	case 1:
 		return &fetchHandler
+	case 2:
+		return &listOffsetsHandler
 	case 3:
 		return &metadataHandler
 	case 10:

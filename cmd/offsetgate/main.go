@@ -26,6 +26,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the proxy in front of a destination cluster", runServe},
+		{"mirror", "mirror topics from a source cluster through offsetgate, offsets included", runMirror},
 		{"demo", "start an embedded source and destination cluster and show how to connect", runDemo},
 		{"version", "print the version and the protocol library it was built with", runVersion},
 	}

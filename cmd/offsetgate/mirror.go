@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"offsetgate/mirror"
+)
+
+// Exit codes of offsetgate mirror.
+const (
+	exitOK       = 0
+	exitMirror   = 1 // a partition could not be mirrored (the message says which and why)
+	exitUsage    = 2 // bad flags
+	exitInternal = 3
+)
+
+func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mirror", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	source := fs.String("source", "", "source cluster brokers, host:port[,...] (required)")
+	proxyAddr := fs.String("proxy", "", "offsetgate bootstrap address, host:port[,...] (required)")
+	topics := fs.String("topic", "", "topics to mirror, comma-separated (required)")
+	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit")
+	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
+	parallel := fs.Int("parallel", 4, "partitions mirrored at once")
+	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
+	caFile := fs.String("tls-ca", "", "CA bundle to verify offsetgate's certificate (turns TLS on)")
+	certFile := fs.String("tls-cert", "", "client certificate for offsetgate (mTLS identity)")
+	keyFile := fs.String("tls-key", "", "client key for offsetgate")
+	saslMech := fs.String("sasl-mechanism", "", "SASL towards offsetgate: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	saslUser := fs.String("sasl-user", "", "SASL user")
+	saslPassFile := fs.String("sasl-password-file", "", "file holding the SASL password (or OFFSETGATE_SASL_PASSWORD)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT --topic T[,T...] --once [identity flags]")
+		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition failed (see the message), 2 bad usage, 3 internal error.")
+		fs.PrintDefaults()
+	}
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if *source == "" || *proxyAddr == "" || *topics == "" {
+		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topic are required")
+		return exitUsage
+	}
+	if !*once {
+		fmt.Fprintln(stderr, "offsetgate mirror: this version mirrors with --once only (continuous mirroring comes later)")
+		return exitUsage
+	}
+	cfg := mirror.Config{Source: strings.Split(*source, ","), Proxy: strings.Split(*proxyAddr, ","),
+		Topics: strings.Split(*topics, ","), MaxBytes: int32(*maxBytes), Parallel: *parallel,
+		ReplicationFactor: int16(*rf), Progress: stdout}
+	if *caFile != "" || *certFile != "" {
+		tc, err := clientTLS(*caFile, *certFile, *keyFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "offsetgate mirror:", err)
+			return exitUsage
+		}
+		cfg.ProxyTLS = tc
+	}
+	if *saslMech != "" {
+		m, err := saslMechanism(*saslMech, *saslUser, *saslPassFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "offsetgate mirror:", err)
+			return exitUsage
+		}
+		cfg.ProxySASL = m
+	}
+	sum, err := mirror.Once(ctx, cfg)
+	mirror.SortSummary(&sum)
+	var batches, records, bytes int64
+	for _, p := range sum.Partitions {
+		batches += int64(p.Batches)
+		records += p.Records
+		bytes += p.Bytes
+	}
+	fmt.Fprintf(stdout, "mirrored %d partitions: %d batches, %d records, %d bytes in %s\n",
+		len(sum.Partitions), batches, records, bytes, sum.Elapsed.Round(time.Millisecond))
+	if err != nil {
+		fmt.Fprintln(stderr, "offsetgate mirror:", err)
+		return exitMirror
+	}
+	return exitOK
+}
+
+func clientTLS(ca, cert, key string) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		b, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("no certificate in %s", ca)
+		}
+		tc.RootCAs = pool
+	}
+	if cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{kp}
+	}
+	return tc, nil
+}
+
+func saslMechanism(name, user, passFile string) (sasl.Mechanism, error) {
+	pass := os.Getenv("OFFSETGATE_SASL_PASSWORD")
+	if passFile != "" {
+		b, err := os.ReadFile(passFile)
+		if err != nil {
+			return nil, err
+		}
+		pass = strings.TrimRight(string(b), "\r\n")
+	}
+	switch strings.ToUpper(name) {
+	case "PLAIN":
+		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("unknown SASL mechanism %q", name)
+}
+
+var _ = exitInternal

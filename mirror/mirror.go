@@ -1,0 +1,514 @@
+// Package mirror is offsetgate's mirroring client: it reads raw record batches from the source
+// cluster (read_uncommitted, kept as bytes) and sends them through offsetgate as
+// produce-at-offset requests, with the magic header, starting where offsetgate says each
+// partition's mirror ends.
+package mirror
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
+
+	"offsetgate/batch"
+	"offsetgate/rules"
+	"offsetgate/wire"
+)
+
+// Config is one mirroring run.
+type Config struct {
+	Source     []string
+	SourceOpts []kgo.Opt // TLS / SASL towards the source
+	Proxy      []string
+	ProxyTLS   *tls.Config    // TLS towards offsetgate (a client certificate proves the identity)
+	ProxySASL  sasl.Mechanism // or a SASL login
+	Topics     []string
+	// MaxBytes bounds one fetch from the source and one produce-at-offset request.
+	MaxBytes int32
+	// ReplicationFactor of mirror topics this run creates; -1: the destination's default.
+	ReplicationFactor int16
+	// Parallel is how many partitions are mirrored at once.
+	Parallel int
+	// Progress, when set, gets one line per partition as it finishes.
+	Progress io.Writer
+}
+
+// PartitionSummary is what one partition's run did.
+type PartitionSummary struct {
+	Topic     string
+	Partition int32
+	From, To  int64 // source offsets: mirrored range [From, To)
+	Batches   int
+	Records   int64
+	Bytes     int64
+	Err       error
+}
+
+// Summary is a whole run.
+type Summary struct {
+	Partitions []PartitionSummary
+	Elapsed    time.Duration
+}
+
+// Err is the first partition error.
+func (s Summary) Err() error {
+	for _, p := range s.Partitions {
+		if p.Err != nil {
+			return fmt.Errorf("%s[%d]: %w", p.Topic, p.Partition, p.Err)
+		}
+	}
+	return nil
+}
+
+// Once mirrors every partition of the topics from where offsetgate says its mirror ends up
+// to the source's end at start, and returns.
+func Once(ctx context.Context, cfg Config) (Summary, error) {
+	start := time.Now()
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 1 << 20
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 4
+	}
+	if cfg.ReplicationFactor == 0 {
+		cfg.ReplicationFactor = -1
+	}
+	src, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Source...), kgo.ClientID("offsetgate-mirror")}, cfg.SourceOpts...)...)
+	if err != nil {
+		return Summary{}, fmt.Errorf("source: %w", err)
+	}
+	defer src.Close()
+	popts := []kgo.Opt{kgo.SeedBrokers(cfg.Proxy...), kgo.ClientID("offsetgate-mirror")}
+	if cfg.ProxyTLS != nil {
+		popts = append(popts, kgo.DialTLSConfig(cfg.ProxyTLS))
+	}
+	if cfg.ProxySASL != nil {
+		popts = append(popts, kgo.SASL(cfg.ProxySASL))
+	}
+	px, err := kgo.NewClient(popts...)
+	if err != nil {
+		return Summary{}, fmt.Errorf("offsetgate: %w", err)
+	}
+	defer px.Close()
+	sadm, padm := kadm.NewClient(src), kadm.NewClient(px)
+
+	type job struct {
+		topic string
+		part  int32
+	}
+	var jobs []job
+	for _, topic := range cfg.Topics {
+		n, err := prepareTopic(ctx, sadm, padm, topic, cfg.ReplicationFactor)
+		if err != nil {
+			return Summary{}, err
+		}
+		for p := int32(0); p < n; p++ {
+			jobs = append(jobs, job{topic, p})
+		}
+	}
+	conns := newConnPool(cfg)
+	defer conns.close()
+	out := make([]PartitionSummary, len(jobs))
+	sem := make(chan struct{}, cfg.Parallel)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = mirrorPartition(ctx, src, px, padm, conns, cfg, j.topic, j.part)
+			if cfg.Progress != nil {
+				s := out[i]
+				status := "ok"
+				if s.Err != nil {
+					status = "error: " + s.Err.Error()
+				}
+				fmt.Fprintf(cfg.Progress, "%s[%d]: offsets %d..%d, %d batches, %d records, %d bytes: %s\n",
+					s.Topic, s.Partition, s.From, s.To, s.Batches, s.Records, s.Bytes, status)
+			}
+		}()
+	}
+	wg.Wait()
+	sum := Summary{Partitions: out, Elapsed: time.Since(start)}
+	return sum, sum.Err()
+}
+
+// prepareTopic checks the source topic and creates the mirror topic through offsetgate (with
+// the mark and the source's settings) when it does not exist; it returns the partition count.
+func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf int16) (int32, error) {
+	md, err := sadm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("source metadata: %w", err)
+	}
+	st, ok := md.Topics[topic]
+	if !ok || st.Err != nil {
+		return 0, fmt.Errorf("source topic %s: %v", topic, st.Err)
+	}
+	n := int32(len(st.Partitions))
+	rc, err := sadm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("source configs of %s: %w", topic, err)
+	}
+	source := map[string]string{}
+	for _, c := range rc[0].Configs {
+		if c.Value == nil {
+			continue
+		}
+		switch c.Key {
+		case "retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes", "message.timestamp.type":
+			source[c.Key] = *c.Value
+		}
+	}
+	if strings.Contains(source["cleanup.policy"], "compact") {
+		return 0, fmt.Errorf("source topic %s is compacted: this version mirrors dense topics only", topic)
+	}
+	pmd, err := padm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("offsetgate metadata: %w", err)
+	}
+	if dt, ok := pmd.Topics[topic]; ok && dt.Err == nil {
+		if int32(len(dt.Partitions)) != n {
+			return 0, fmt.Errorf("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
+		}
+		return n, checkMark(ctx, padm, topic)
+	}
+	cfg := map[string]*string{rules.MarkKey: kmsg.StringPtr("true")}
+	for k, v := range source {
+		cfg[rules.SourcePrefix+k] = kmsg.StringPtr(v)
+	}
+	resps, err := padm.CreateTopics(ctx, n, rf, cfg, topic)
+	if err != nil {
+		return 0, fmt.Errorf("creating mirror topic %s: %w", topic, err)
+	}
+	if r := resps[topic]; r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+		return 0, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
+	}
+	return n, nil
+}
+
+func checkMark(ctx context.Context, padm *kadm.Client, topic string) error {
+	rc, err := padm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("configs of %s through offsetgate: %w", topic, err)
+	}
+	for _, c := range rc[0].Configs {
+		if c.Key == rules.MarkKey && c.Value != nil && *c.Value == "true" {
+			return nil
+		}
+	}
+	return fmt.Errorf("topic %s exists on the destination and is not a mirror topic; nothing was written", topic)
+}
+
+func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client, conns *connPool, cfg Config, topic string, part int32) PartitionSummary {
+	s := PartitionSummary{Topic: topic, Partition: part}
+	fail := func(err error) PartitionSummary { s.Err = err; return s }
+	sadm := kadm.NewClient(src)
+	ends, err := sadm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fail(fmt.Errorf("source end offset: %w", err))
+	}
+	end, _ := ends.Lookup(topic, part)
+	starts, err := sadm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return fail(fmt.Errorf("source start offset: %w", err))
+	}
+	logStart, _ := starts.Lookup(topic, part)
+	mirrored, err := padm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fail(fmt.Errorf("mirrored end through offsetgate: %w", err))
+	}
+	me, _ := mirrored.Lookup(topic, part)
+	if me.Err != nil {
+		return fail(fmt.Errorf("mirrored end through offsetgate: %w", me.Err))
+	}
+	offset := me.Offset
+	if offset < logStart.Offset {
+		if offset > 0 {
+			return fail(fmt.Errorf("the source's log starts at %d, beyond the mirrored end %d: records were lost to retention before they were mirrored", logStart.Offset, offset))
+		}
+		offset = logStart.Offset
+	}
+	if offset > end.Offset {
+		return fail(fmt.Errorf("the mirror ends at %d, beyond the source's end %d: the source went backwards (truncated or recreated)", offset, end.Offset))
+	}
+	s.From, s.To = offset, offset
+	for offset < end.Offset {
+		sets, err := fetchRaw(ctx, src, topic, part, offset, cfg.MaxBytes)
+		if err != nil {
+			return fail(err)
+		}
+		var send []byte
+		var hs []batch.Header
+		for _, b := range sets {
+			h, _ := batch.ReadHeader(b)
+			if h.LastOffset() < offset || h.BaseOffset >= end.Offset {
+				continue
+			}
+			send = append(send, b...)
+			hs = append(hs, h)
+		}
+		if len(hs) == 0 {
+			return fail(fmt.Errorf("the source returned no batch at offset %d", offset))
+		}
+		if err := produceAtOffset(ctx, px, conns, topic, part, send); err != nil {
+			return fail(fmt.Errorf("at offset %d: %w", hs[0].BaseOffset, err))
+		}
+		for _, h := range hs {
+			s.Batches++
+			s.Records += int64(h.RecordCount)
+		}
+		s.Bytes += int64(len(send))
+		offset = hs[len(hs)-1].LastOffset() + 1
+		s.To = offset
+	}
+	return s
+}
+
+// fetchRaw reads whole record batches from the source partition's leader at offset.
+func fetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, offset int64, maxBytes int32) ([][]byte, error) {
+	for attempt := 0; ; attempt++ {
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = 500, 1, maxBytes, -1
+		req.IsolationLevel = 0 // read_uncommitted: markers and open transactions are seen
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = topic
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes, fp.CurrentLeaderEpoch, fp.LogStartOffset = part, offset, maxBytes, -1, -1
+		ft.Partitions = append(ft.Partitions, fp)
+		req.Topics = append(req.Topics, ft)
+		md, err := kadm.NewClient(src).Metadata(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		ft.TopicID = md.Topics[topic].ID
+		req.Topics[0] = ft
+		leader := md.Topics[topic].Partitions[part].Leader
+		kr, err := src.Broker(int(leader)).Request(ctx, req)
+		if err != nil {
+			if attempt < 5 {
+				continue
+			}
+			return nil, fmt.Errorf("fetch from the source: %w", err)
+		}
+		resp := kr.(*kmsg.FetchResponse)
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return nil, errors.New("malformed fetch response")
+		}
+		p := resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+			// A leader that just changed can answer OFFSET_OUT_OF_RANGE for a moment.
+			if (kerr.IsRetriable(err) || errors.Is(err, kerr.OffsetOutOfRange)) && attempt < 10 {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			return nil, fmt.Errorf("fetch from the source (broker %d) at %d: %w", leader, offset, err)
+		}
+		sets, _, err := batch.Split(p.RecordBatches)
+		if errors.Is(err, batch.ErrTruncated) {
+			// The response ended mid-batch: keep the whole batches before it.
+			sets = wholeBatches(p.RecordBatches)
+			err = nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(sets) == 0 && len(p.RecordBatches) > 0 {
+			// One batch larger than maxBytes: ask for it whole.
+			h, herr := batch.ReadHeader(p.RecordBatches)
+			if herr == nil && int32(h.Size()) > maxBytes {
+				maxBytes = int32(h.Size())
+				continue
+			}
+		}
+		return sets, nil
+	}
+}
+
+func wholeBatches(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) >= batch.HeaderLen {
+		h, err := batch.ReadHeader(b)
+		if err != nil || h.Size() > len(b) {
+			break
+		}
+		out = append(out, b[:h.Size()])
+		b = b[h.Size():]
+	}
+	return out
+}
+
+// produceAtOffset sends one partition's batches with the magic header to the partition's
+// leader through offsetgate, retrying retriable answers with the same batches.
+func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte) error {
+	var last error
+	for attempt := 0; attempt < 20; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Duration(min(attempt, 10)) * 100 * time.Millisecond)
+		}
+		addr, err := leaderAddr(ctx, px, topic, part)
+		if err != nil {
+			last = err
+			continue
+		}
+		c, err := conns.get(ctx, addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.SetVersion(11) // flexible (header tags), topics by name
+		req.Acks, req.TimeoutMillis = -1, 30000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = part, records
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp := kmsg.NewPtrProduceResponse()
+		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		err = c.RoundTrip(rctx, req, resp, true)
+		cancel()
+		if err != nil {
+			conns.drop(addr)
+			last = err
+			continue
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return errors.New("malformed produce response")
+		}
+		pr := resp.Topics[0].Partitions[0]
+		if pr.ErrorCode == 0 {
+			return nil
+		}
+		msg := ""
+		if pr.ErrorMessage != nil {
+			msg = *pr.ErrorMessage
+		}
+		err = fmt.Errorf("%w: %s", kerr.ErrorForCode(pr.ErrorCode), msg)
+		if !kerr.IsRetriable(kerr.ErrorForCode(pr.ErrorCode)) || pr.ErrorCode == 56 {
+			return err
+		}
+		last = err
+	}
+	return last
+}
+
+func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (string, error) {
+	md, err := kadm.NewClient(px).Metadata(ctx, topic)
+	if err != nil {
+		return "", err
+	}
+	t, ok := md.Topics[topic]
+	if !ok || t.Err != nil {
+		return "", fmt.Errorf("metadata of %s through offsetgate: %v", topic, t.Err)
+	}
+	p, ok := t.Partitions[part]
+	if !ok || p.Leader < 0 {
+		return "", fmt.Errorf("no leader for %s[%d]", topic, part)
+	}
+	for _, b := range md.Brokers {
+		if b.NodeID == p.Leader {
+			return fmt.Sprintf("%s:%d", b.Host, b.Port), nil
+		}
+	}
+	return "", fmt.Errorf("broker %d not in metadata", p.Leader)
+}
+
+// connPool keeps one magic-header connection per offsetgate broker listener.
+type connPool struct {
+	cfg   Config
+	mu    sync.Mutex
+	conns map[string]*poolConn
+}
+
+type poolConn struct {
+	mu sync.Mutex
+	c  *wire.Conn
+}
+
+func newConnPool(cfg Config) *connPool { return &connPool{cfg: cfg, conns: map[string]*poolConn{}} }
+
+// get returns the connection to addr, locked for one round trip at a time by the caller's
+// partition: round trips on one connection are serialized.
+func (p *connPool) get(ctx context.Context, addr string) (*lockedConn, error) {
+	p.mu.Lock()
+	pc := p.conns[addr]
+	if pc == nil {
+		pc = &poolConn{}
+		p.conns[addr] = pc
+	}
+	p.mu.Unlock()
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.c == nil {
+		var tc *tls.Config
+		if p.cfg.ProxyTLS != nil {
+			tc = p.cfg.ProxyTLS.Clone()
+		}
+		c, err := wire.Dial(ctx, addr, tc, p.cfg.ProxySASL, "offsetgate-mirror")
+		if err != nil {
+			return nil, err
+		}
+		pc.c = c
+	}
+	return &lockedConn{pc}, nil
+}
+
+func (p *connPool) drop(addr string) {
+	p.mu.Lock()
+	pc := p.conns[addr]
+	p.mu.Unlock()
+	if pc == nil {
+		return
+	}
+	pc.mu.Lock()
+	if pc.c != nil {
+		pc.c.Close()
+		pc.c = nil
+	}
+	pc.mu.Unlock()
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pc := range p.conns {
+		if pc.c != nil {
+			pc.c.Close()
+		}
+	}
+}
+
+type lockedConn struct{ pc *poolConn }
+
+func (l *lockedConn) RoundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Response, magic bool) error {
+	l.pc.mu.Lock()
+	defer l.pc.mu.Unlock()
+	if l.pc.c == nil {
+		return errors.New("connection dropped")
+	}
+	return l.pc.c.RoundTrip(ctx, req, resp, magic)
+}
+
+// SortSummary orders partitions for printing.
+func SortSummary(s *Summary) {
+	sort.Slice(s.Partitions, func(i, j int) bool {
+		a, b := s.Partitions[i], s.Partitions[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+}

@@ -1,0 +1,335 @@
+package mirror_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"offsetgate/internal/testcerts"
+	"offsetgate/internal/testkafka"
+	"offsetgate/mirror"
+	"offsetgate/proxy"
+	"offsetgate/rules"
+	ogtls "offsetgate/tls"
+)
+
+func TestMain(m *testing.M) { testkafka.Main(m) }
+
+// env is offsetgate (mTLS listener) in front of the shared destination, with a mirroring
+// client identity approved for the test's topics.
+type env struct {
+	t      *testing.T
+	pair   *testkafka.Pair
+	srv    *proxy.Server
+	addr   string
+	certs  *testcerts.Set
+	client *testcerts.KeyPair
+	stop   func()
+}
+
+func newEnv(t *testing.T, prefix string, mutate func(*proxy.Config)) *env {
+	t.Helper()
+	pair := testkafka.Shared(t)
+	set, err := testcerts.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := set.Client("mirror", testcerts.SANs{URIs: []string{"spiffe://test/mirror"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := freeBase(t)
+	cfg := proxy.Config{
+		Listen:    "127.0.0.1:" + strconv.Itoa(base),
+		Bootstrap: pair.Dest.Addrs(),
+		TLS: proxy.TLSConfig{Listener: &ogtls.ServerConfig{CertFile: set.Server.CertFile, KeyFile: set.Server.KeyFile,
+			ClientCAFile: set.CA.CertFile, ClientAuth: "request"}},
+		Mirroring: rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://test/mirror", Topics: []string{prefix + "*"}}}},
+		MaxFill:   1000,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := proxy.New(cfg, zaptest.NewLogger(t, zaptestLevel()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatal(err)
+	}
+	e := &env{t: t, pair: pair, srv: srv, addr: cfg.Listen, certs: set, client: kp}
+	stopped := false
+	e.stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(e.stop)
+	return e
+}
+
+func freeBase(t *testing.T) int {
+	for i := 0; i < 200; i++ {
+		p := 20000 + rand.IntN(30000)
+		ok := true
+		for _, q := range []int{p, p + 2, p + 3} {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no free ports")
+	return 0
+}
+
+func (e *env) mirrorConfig(topics ...string) mirror.Config {
+	return mirror.Config{Source: e.pair.Source.Addrs(), Proxy: []string{e.addr}, ProxyTLS: e.certs.ClientTLS(e.client),
+		Topics: topics, MaxBytes: 64 << 10, ReplicationFactor: 2}
+}
+
+// rec is a record as a direct consumer sees it.
+type rec struct {
+	Offset    int64
+	Key       string
+	Value     string
+	Headers   string
+	Timestamp int64
+}
+
+func readAll(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic string, partition int32, n int) []rec {
+	t.Helper()
+	if n == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []rec
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records of %s[%d] on %s", len(out), n, topic, partition, c.Name)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var hb bytes.Buffer
+			for _, h := range r.Headers {
+				fmt.Fprintf(&hb, "%s=%s;", h.Key, h.Value)
+			}
+			out = append(out, rec{r.Offset, string(r.Key), string(r.Value), hb.String(), r.Timestamp.UnixMilli()})
+		})
+	}
+	return out
+}
+
+func count(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic string) map[int32][2]int64 {
+	t.Helper()
+	adm, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32][2]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		s, _ := starts.Lookup(topic, o.Partition)
+		out[o.Partition] = [2]int64{s.Offset, o.Offset}
+	})
+	return out
+}
+
+func produceSource(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic string, n int, opts ...kgo.Opt) {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.ProducerLinger(5 * time.Millisecond), kgo.ProducerBatchMaxBytes(16 << 10)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	var rs []*kgo.Record
+	for i := 0; i < n; i++ {
+		rs = append(rs, &kgo.Record{Key: []byte(fmt.Sprintf("k%d", i%17)), Value: bytes.Repeat([]byte{byte('a' + i%26)}, 50+i%200),
+			Headers:   []kgo.RecordHeader{{Key: "h", Value: []byte(strconv.Itoa(i))}},
+			Timestamp: old.Add(time.Duration(i) * time.Second)})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Dense topics in every codec, from idempotent and plain producers, with headers, old
+// timestamps and a source leader epoch change, land on the destination at their source
+// offsets; a direct consumer of D sees the same records; a second run writes nothing.
+func TestMirrorDenseTopics(t *testing.T) {
+	prefix := testkafka.Names(t, "d")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	var topics []string
+	for _, codec := range []struct {
+		name string
+		c    kgo.CompressionCodec
+	}{{"none", kgo.NoCompression()}, {"gzip", kgo.GzipCompression()}, {"snappy", kgo.SnappyCompression()},
+		{"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()}} {
+		topic := prefix + "-" + codec.name
+		if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		produceSource(ctx, t, s, topic, 300, kgo.ProducerBatchCompression(codec.c))
+		topics = append(topics, topic)
+	}
+	plainTopic := prefix + "-plain"
+	if err := s.CreateTopic(ctx, plainTopic, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, plainTopic, 200, kgo.DisableIdempotentWrite())
+	// A leader epoch change on the source in the middle of the data.
+	leader, _, err := s.Leader(ctx, plainTopic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MoveLeader(ctx, plainTopic, 0, 3-leader); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, plainTopic, 200, kgo.DisableIdempotentWrite())
+	topics = append(topics, plainTopic)
+
+	sum, err := mirror.Once(ctx, e.mirrorConfig(topics...))
+	if err != nil {
+		t.Fatalf("mirror: %v", err)
+	}
+	for _, topic := range topics {
+		sc, dc := count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic)
+		for p, se := range sc {
+			if dc[p] != se {
+				t.Fatalf("%s[%d]: destination holds %v, source %v", topic, p, dc[p], se)
+			}
+			want := readAll(ctx, t, s, topic, p, int(se[1]-se[0]))
+			got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]-se[0]))
+			for i := range want {
+				if want[i] != got[i] {
+					t.Fatalf("%s[%d] record %d: destination %+v, source %+v", topic, p, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	var batches int
+	for _, p := range sum.Partitions {
+		batches += p.Batches
+	}
+	if batches < len(topics)*3 {
+		t.Fatalf("only %d batches mirrored: the test data is too small to mean much", batches)
+	}
+	// A second run finds every partition mirrored and writes nothing.
+	again, err := mirror.Once(ctx, e.mirrorConfig(topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range again.Partitions {
+		if p.Batches != 0 {
+			t.Fatalf("second run sent %d batches for %s[%d]", p.Batches, p.Topic, p.Partition)
+		}
+	}
+	for _, topic := range topics {
+		if sc, dc := count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic); fmt.Sprint(sc) != fmt.Sprint(dc) {
+			t.Fatalf("%s after a second run: destination %v, source %v", topic, dc, sc)
+		}
+	}
+}
+
+// A source whose log starts high is mirrored with a recorded shift and no filler records.
+func TestMirrorHighLogStart(t *testing.T) {
+	prefix := testkafka.Names(t, "h")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 3000)
+	adm, _ := s.Admin()
+	defer adm.Close()
+	if _, err := adm.DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 2900}}}); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 50)
+	src := count(ctx, t, s, topic)[0]
+	if src[0] == 0 {
+		t.Fatal("the source log start did not move")
+	}
+	if _, err := mirror.Once(ctx, e.mirrorConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	dst := count(ctx, t, e.pair.Dest, topic)[0]
+	// Only the records the source still has are on D (no filler storm for the offsets before
+	// the log start): the shift is the source's log start rounded to its batch.
+	// The first batch the source hands out is the whole batch holding its log start.
+	shift := src[1] - dst[1]
+	if dst[0] != 0 || shift > src[0] || shift < src[0]-1000 {
+		t.Fatalf("destination holds offsets %v for source %v: fillers were written or records lost", dst, src)
+	}
+	want := readAll(ctx, t, s, topic, 0, int(src[1]-src[0]))
+	got := readAll(ctx, t, e.pair.Dest, topic, 0, int(dst[1]-dst[0]))
+	// Compare what both hold: the source's readable records from its log start.
+	got = got[len(got)-len(want):]
+	for i := range got {
+		w := want[i]
+		g := got[i]
+		g.Offset += shift
+		if g != w {
+			t.Fatalf("record %d: destination (shifted by %d) %+v, source %+v", i, shift, g, w)
+		}
+	}
+	// Through offsetgate the mirrored end is in source offsets.
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	ends, err := kadm.NewClient(pcl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup(topic, 0); o.Offset != src[1] {
+		t.Fatalf("mirrored end through offsetgate %d, source end %d", o.Offset, src[1])
+	}
+}
+
+func zaptestLevel() zaptest.LoggerOption { return zaptest.Level(zapcore.InfoLevel) }

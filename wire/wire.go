@@ -1,0 +1,157 @@
+// Package wire is a plain Kafka connection with request framing of offsetgate's own: it can
+// put the produce-at-offset magic tag in a request header, which no client library can, and
+// it logs in with SASL on a raw connection (offsetgate's mapped upstream identities, the
+// mirroring client).
+package wire
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
+
+	"offsetgate/session"
+)
+
+// Conn is one connection to a broker (or to offsetgate). Not safe for concurrent use.
+type Conn struct {
+	c        net.Conn
+	corr     int32
+	clientID string
+}
+
+// Dial connects, with TLS when cfg is not nil and a SASL login when mech is not nil.
+func Dial(ctx context.Context, addr string, cfg *tls.Config, mech sasl.Mechanism, clientID string) (*Conn, error) {
+	d := net.Dialer{Timeout: 10 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("TLS to %s: %w", addr, err)
+		}
+		c = tc
+	}
+	w := Wrap(c, clientID)
+	if mech != nil {
+		if err := w.Login(ctx, mech); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Wrap uses an established connection.
+func Wrap(c net.Conn, clientID string) *Conn { return &Conn{c: c, clientID: clientID} }
+
+// Close closes the connection.
+func (w *Conn) Close() error { return w.c.Close() }
+
+// RoundTrip sends req at its set version and reads resp. With magic, the request header
+// carries the produce-at-offset tag (flexible versions only).
+func (w *Conn) RoundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Response, magic bool) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = w.c.SetDeadline(dl)
+		defer func() { _ = w.c.SetDeadline(time.Time{}) }()
+	}
+	w.corr++
+	var b []byte
+	if magic {
+		if !req.IsFlexible() {
+			return fmt.Errorf("the magic header needs a flexible request version; %s v%d is not", kmsg.NameForKey(req.Key()), req.GetVersion())
+		}
+		b = session.AppendMagicHeader([]byte{0, 0, 0, 0}, req.Key(), req.GetVersion(), w.corr, w.clientID)
+		b = req.AppendTo(b)
+		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	} else {
+		b = kmsg.NewRequestFormatter(kmsg.FormatterClientID(w.clientID)).AppendRequest(nil, req, w.corr)
+	}
+	if _, err := w.c.Write(b); err != nil {
+		return err
+	}
+	var sz [4]byte
+	if _, err := io.ReadFull(w.c, sz[:]); err != nil {
+		return err
+	}
+	p := make([]byte, binary.BigEndian.Uint32(sz[:]))
+	if _, err := io.ReadFull(w.c, p); err != nil {
+		return err
+	}
+	if len(p) < 4 || int32(binary.BigEndian.Uint32(p)) != w.corr {
+		return errors.New("response out of order")
+	}
+	body := p[4:]
+	if req.IsFlexible() && req.Key() != 18 {
+		n, k := binary.Uvarint(body)
+		if k <= 0 {
+			return errors.New("bad response header")
+		}
+		body = body[k:]
+		for i := uint64(0); i < n; i++ {
+			_, k := binary.Uvarint(body)
+			body = body[k:]
+			sz, k := binary.Uvarint(body)
+			body = body[k+int(sz):]
+		}
+	}
+	resp.SetVersion(req.GetVersion())
+	return resp.ReadFrom(body)
+}
+
+// Login runs a SASL exchange (SaslHandshake v1, SaslAuthenticate v1).
+func (w *Conn) Login(ctx context.Context, mech sasl.Mechanism) error {
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.SetVersion(1)
+	hs.Mechanism = mech.Name()
+	hsResp := kmsg.NewPtrSASLHandshakeResponse()
+	if err := w.RoundTrip(ctx, hs, hsResp, false); err != nil {
+		return fmt.Errorf("SASL handshake: %w", err)
+	}
+	if hsResp.ErrorCode != 0 {
+		return fmt.Errorf("SASL handshake: mechanism %s refused (error %d, enabled %v)", mech.Name(), hsResp.ErrorCode, hsResp.SupportedMechanisms)
+	}
+	host, _, _ := net.SplitHostPort(w.c.RemoteAddr().String())
+	sess, msg, err := mech.Authenticate(ctx, host)
+	if err != nil {
+		return err
+	}
+	for {
+		req := kmsg.NewPtrSASLAuthenticateRequest()
+		req.SetVersion(1)
+		req.SASLAuthBytes = msg
+		resp := kmsg.NewPtrSASLAuthenticateResponse()
+		if err := w.RoundTrip(ctx, req, resp, false); err != nil {
+			return fmt.Errorf("SASL authenticate: %w", err)
+		}
+		if resp.ErrorCode != 0 {
+			m := ""
+			if resp.ErrorMessage != nil {
+				m = *resp.ErrorMessage
+			}
+			return fmt.Errorf("SASL login failed: %s", m)
+		}
+		done, next, err := sess.Challenge(resp.SASLAuthBytes)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		msg = next
+	}
+}
