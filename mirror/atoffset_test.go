@@ -1,0 +1,243 @@
+package mirror_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/atoffset"
+	"offsetgate/batch"
+	"offsetgate/internal/testkafka"
+	"offsetgate/rules"
+	"offsetgate/wire"
+)
+
+// srcBatch builds a source batch as a source broker would hand it out.
+func srcBatch(base int64, n int, epoch int32, attrs int16, ts int64) []byte {
+	var recs []byte
+	for i := 0; i < n; i++ {
+		r := kmsg.Record{OffsetDelta: int32(i), TimestampDelta64: int64(i), Key: []byte(fmt.Sprintf("k%d", base+int64(i))),
+			Value: []byte(fmt.Sprintf("v%d", base+int64(i)))}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{FirstOffset: base, PartitionLeaderEpoch: epoch, Magic: 2, Attributes: attrs, LastOffsetDelta: int32(n - 1),
+		FirstTimestamp: ts, MaxTimestamp: ts + int64(n-1), ProducerID: 7, ProducerEpoch: 1, FirstSequence: int32(base), NumRecords: int32(n), Records: recs}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
+	return out
+}
+
+// handClient sends produce-at-offset requests with the magic header, batch sets of its own.
+type handClient struct {
+	t     *testing.T
+	e     *env
+	topic string
+	conns map[int32]*wire.Conn
+	px    *kgo.Client
+}
+
+func (e *env) hand(topic string) *handClient {
+	px, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(px.Close)
+	return &handClient{t: e.t, e: e, topic: topic, conns: map[int32]*wire.Conn{}, px: px}
+}
+
+func (h *handClient) send(ctx context.Context, part int32, batches ...[]byte) kmsg.ProduceResponseTopicPartition {
+	h.t.Helper()
+	md, err := kadm.NewClient(h.px).Metadata(ctx, h.topic)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	leader := md.Topics[h.topic].Partitions[part].Leader
+	c := h.conns[leader]
+	if c == nil {
+		var addr string
+		for _, br := range md.Brokers {
+			if br.NodeID == leader {
+				addr = fmt.Sprintf("%s:%d", br.Host, br.Port)
+			}
+		}
+		c, err = wire.Dial(ctx, addr, h.e.certs.ClientTLS(h.e.client), nil, "hand-built")
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.conns[leader] = c
+		h.t.Cleanup(func() { c.Close() })
+	}
+	var records []byte
+	for _, b := range batches {
+		records = append(records, b...)
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(11)
+	req.Acks, req.TimeoutMillis = -1, 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = h.topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = part, records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrProduceResponse()
+	if err := c.RoundTrip(ctx, req, resp, true); err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.Topics[0].Partitions[0]
+}
+
+func (e *env) createMirrorTopic(ctx context.Context, topic string, partitions int32) {
+	e.t.Helper()
+	px, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer px.Close()
+	resps, err := kadm.NewClient(px).CreateTopics(ctx, partitions, 2, map[string]*string{rules.MarkKey: kmsg.StringPtr("true")}, topic)
+	if err != nil || resps[topic].Err != nil {
+		e.t.Fatalf("creating mirror topic: %v %v", err, resps[topic].Err)
+	}
+}
+
+func msg(p kmsg.ProduceResponseTopicPartition) string {
+	if p.ErrorMessage == nil {
+		return ""
+	}
+	return *p.ErrorMessage
+}
+
+// Small holes are filled (the shift holds), a large hole starts a new segment; exact retries
+// are acknowledged without a second write; overlaps, rewinds, lower epochs and batch kinds this
+// version cannot mirror are refused with their documented codes; a destination that does not
+// hold what offsetgate expects halts the partition.
+func TestProduceAtOffsetRules(t *testing.T) {
+	prefix := testkafka.Names(t, "r")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	topic := prefix + "-t"
+	e.createMirrorTopic(ctx, topic, 2)
+	h := e.hand(topic)
+	ts := time.Date(2021, 5, 6, 7, 8, 9, 0, time.UTC).UnixMilli()
+
+	b0 := srcBatch(0, 10, 3, 0, ts)
+	if p := h.send(ctx, 0, b0); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("first batch: %d %s", p.ErrorCode, msg(p))
+	}
+	// Exact retry: acknowledged, not written twice.
+	if p := h.send(ctx, 0, b0); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("exact retry: %d %s", p.ErrorCode, msg(p))
+	}
+	// A small hole (10, 11) and two batches in one request.
+	b1 := srcBatch(12, 10, 3, 0, ts+100)
+	b2 := srcBatch(22, 5, 4, 0, ts+200)
+	if p := h.send(ctx, 0, b1, b2); p.ErrorCode != 0 || p.BaseOffset != 12 {
+		t.Fatalf("batches after a small hole: %d %s", p.ErrorCode, msg(p))
+	}
+	// A large hole: a new segment.
+	b3 := srcBatch(100000, 5, 4, 0, ts+300)
+	if p := h.send(ctx, 0, b3); p.ErrorCode != 0 {
+		t.Fatalf("batch after a large hole: %d %s", p.ErrorCode, msg(p))
+	}
+	// Refusals.
+	for name, c := range map[string]struct {
+		b    []byte
+		code int16
+	}{
+		"overlap with different content": {srcBatch(20, 4, 4, 0, ts), atoffset.ErrOutOfOrder},
+		"lower leader epoch":             {srcBatch(100005, 2, 3, 0, ts), atoffset.ErrFencedEpoch},
+		"transactional batch":            {srcBatch(100005, 2, 4, batch.AttrTransactional, ts), atoffset.ErrInvalidRecord},
+		"control batch":                  {srcBatch(100005, 1, 4, batch.AttrControl|batch.AttrTransactional, ts), atoffset.ErrInvalidRecord},
+		"bad crc":                        {append(srcBatch(100005, 2, 4, 0, ts)[:70:70], 'x'), atoffset.ErrInvalidRecord},
+	} {
+		if p := h.send(ctx, 0, c.b); p.ErrorCode != c.code || msg(p) == "" {
+			t.Errorf("%s: code %d (%s), want %d with a message", name, p.ErrorCode, msg(p), c.code)
+		}
+	}
+
+	// D holds: 0..9, fillers 10..11, 12..26, then source 100000.. at D 27.. (new segment).
+	dst := count(ctx, t, e.pair.Dest, topic)[0]
+	if dst != [2]int64{0, 32} {
+		t.Fatalf("destination partition holds %v, want [0 32]", dst)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.pair.Dest.Addrs()...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	for len(got) < 32 {
+		got = append(got, cl.PollFetches(ctx).Records()...)
+		if ctx.Err() != nil {
+			t.Fatal(ctx.Err())
+		}
+	}
+	for _, r := range got {
+		switch {
+		case r.Offset == 10 || r.Offset == 11:
+			if r.Key != nil || r.Value != nil || len(r.Headers) != 1 || r.Headers[0].Key != batch.FillerHeader {
+				t.Fatalf("offset %d is not a filler: %+v", r.Offset, r)
+			}
+		case r.Offset < 27:
+			if string(r.Key) != fmt.Sprintf("k%d", r.Offset) {
+				t.Fatalf("D offset %d holds %s (Δ = 0 expected)", r.Offset, r.Key)
+			}
+		default:
+			if string(r.Key) != fmt.Sprintf("k%d", r.Offset-27+100000) {
+				t.Fatalf("D offset %d holds %s (new segment expected)", r.Offset, r.Key)
+			}
+		}
+	}
+	// The mirrored end is told in source offsets.
+	ends, err := kadm.NewClient(h.px).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup(topic, 0); o.Offset != 100005 {
+		t.Fatalf("mirrored end through offsetgate %d, want 100005", o.Offset)
+	}
+
+	// A write that did not come through offsetgate: the next at-offset write halts.
+	direct, err := kgo.NewClient(kgo.SeedBrokers(e.pair.Dest.Addrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if err := direct.ProduceSync(ctx, &kgo.Record{Partition: 1, Value: []byte("rogue")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.send(ctx, 1, srcBatch(0, 3, 0, 0, ts)); p.ErrorCode != atoffset.ErrHalted {
+		t.Fatalf("after a rogue write: code %d (%s), want the partition halted", p.ErrorCode, msg(p))
+	}
+	// The write that revealed the mismatch landed where D put it; nothing is written after.
+	atHalt := count(ctx, t, e.pair.Dest, topic)[1]
+	if p := h.send(ctx, 1, srcBatch(3, 3, 0, 0, ts)); p.ErrorCode != atoffset.ErrHalted {
+		t.Fatalf("a halted partition took a write: %d", p.ErrorCode)
+	}
+	mfs, _ := e.srv.Registry().Gather()
+	halted := false
+	for _, mf := range mfs {
+		if mf.GetName() == "offsetgate_mirror_partition_halted" {
+			for _, m := range mf.GetMetric() {
+				halted = halted || m.GetGauge().GetValue() == 1
+			}
+		}
+	}
+	if !halted {
+		t.Fatal("no halted-partition metric")
+	}
+	if n := count(ctx, t, e.pair.Dest, topic)[1]; n != atHalt {
+		t.Fatalf("the halted partition holds %v: offsetgate wrote after the mismatch", n)
+	}
+}
