@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,8 @@ type Config struct {
 	Parallel int
 	// Progress, when set, gets one line per partition as it finishes.
 	Progress io.Writer
+	// Dial, when set, opens the connections to offsetgate (a seam for fault-injection tests).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // PartitionSummary is what one partition's run did.
@@ -90,7 +93,10 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	defer src.Close()
 	popts := []kgo.Opt{kgo.SeedBrokers(cfg.Proxy...), kgo.ClientID("offsetgate-mirror")}
-	if cfg.ProxyTLS != nil {
+	switch {
+	case cfg.Dial != nil:
+		popts = append(popts, kgo.Dialer(tlsDialer(cfg.Dial, cfg.ProxyTLS)))
+	case cfg.ProxyTLS != nil:
 		popts = append(popts, kgo.DialTLSConfig(cfg.ProxyTLS))
 	}
 	if cfg.ProxySASL != nil {
@@ -109,7 +115,12 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	var jobs []job
 	for _, topic := range cfg.Topics {
-		n, err := prepareTopic(ctx, sadm, padm, topic, cfg.ReplicationFactor)
+		var n int32
+		err := retry(ctx, func() error {
+			var err error
+			n, err = prepareTopic(ctx, sadm, padm, topic, cfg.ReplicationFactor)
+			return err
+		})
 		if err != nil {
 			return Summary{}, err
 		}
@@ -143,6 +154,50 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	wg.Wait()
 	sum := Summary{Partitions: out, Elapsed: time.Since(start)}
 	return sum, sum.Err()
+}
+
+// retry runs an administrative call again after connection failures (a lost connection to
+// offsetgate or the source must not end a long mirroring run); refusals are not retried.
+func retry(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		if err = fn(); err == nil {
+			return nil
+		}
+		var ke *kerr.Error
+		if errors.As(err, &ke) && !ke.Retriable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// tlsDialer wraps a dial function with TLS (kgo takes a dialer or a TLS config, not both).
+func tlsDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error), tc *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if tc == nil {
+		return dial
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := tc.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		t := tls.Client(c, cfg)
+		if err := t.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return t, nil
+	}
 }
 
 // prepareTopic checks the source topic and creates the mirror topic through offsetgate (with
@@ -225,13 +280,17 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 		return fail(fmt.Errorf("source start offset: %w", err))
 	}
 	logStart, _ := starts.Lookup(topic, part)
-	mirrored, err := padm.ListEndOffsets(ctx, topic)
+	var me kadm.ListedOffset
+	err = retry(ctx, func() error {
+		mirrored, err := padm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return err
+		}
+		me, _ = mirrored.Lookup(topic, part)
+		return me.Err
+	})
 	if err != nil {
 		return fail(fmt.Errorf("mirrored end through offsetgate: %w", err))
-	}
-	me, _ := mirrored.Lookup(topic, part)
-	if me.Err != nil {
-		return fail(fmt.Errorf("mirrored end through offsetgate: %w", me.Err))
 	}
 	offset := me.Offset
 	if offset < logStart.Offset {
@@ -457,7 +516,11 @@ func (p *connPool) get(ctx context.Context, addr string) (*lockedConn, error) {
 		if p.cfg.ProxyTLS != nil {
 			tc = p.cfg.ProxyTLS.Clone()
 		}
-		c, err := wire.Dial(ctx, addr, tc, p.cfg.ProxySASL, "offsetgate-mirror")
+		dial := (&net.Dialer{Timeout: 10 * time.Second}).DialContext
+		if p.cfg.Dial != nil {
+			dial = p.cfg.Dial
+		}
+		c, err := wire.DialWith(ctx, dial, addr, tc, p.cfg.ProxySASL, "offsetgate-mirror")
 		if err != nil {
 			return nil, err
 		}

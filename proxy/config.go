@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,9 @@ type Config struct {
 	// MaxFill is the largest hole in source offsets filled with filler records; larger holes
 	// start a new shift segment. Default 10000.
 	MaxFill int64 `yaml:"max_fill"`
+	// Dial, when set, replaces the dialer of every connection offsetgate opens to the
+	// destination (a seam for fault-injection tests; never from YAML).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error) `yaml:"-"`
 	// Path is the file the configuration came from (set by LoadConfig), watched for changes
 	// to the mirroring section.
 	Path string `yaml:"-"`

@@ -154,7 +154,23 @@ func saslLogin(ctx context.Context, c net.Conn, cfg *SASLConfig) error {
 // ownClientOpts are the kgo options for offsetgate's own requests to the destination.
 func (s *Server) ownClientOpts() ([]kgo.Opt, error) {
 	var opts []kgo.Opt
-	if s.upTLS != nil {
+	switch {
+	case s.cfg.Dial != nil:
+		dial := s.cfg.Dial
+		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil || s.upTLS == nil {
+				return c, err
+			}
+			host, _, _ := net.SplitHostPort(addr)
+			t := stdtls.Client(c, s.upTLS.Config(host))
+			if err := t.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return t, nil
+		}))
+	case s.upTLS != nil:
 		host, _, _ := net.SplitHostPort(s.cfg.Bootstrap[0])
 		opts = append(opts, kgo.DialTLSConfig(s.upTLS.Config(host)))
 	}

@@ -30,7 +30,13 @@ type Conn struct {
 // Dial connects, with TLS when cfg is not nil and a SASL login when mech is not nil.
 func Dial(ctx context.Context, addr string, cfg *tls.Config, mech sasl.Mechanism, clientID string) (*Conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	return DialWith(ctx, d.DialContext, addr, cfg, mech, clientID)
+}
+
+// DialWith is Dial with a dial function of the caller's.
+func DialWith(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error),
+	addr string, cfg *tls.Config, mech sasl.Mechanism, clientID string) (*Conn, error) {
+	c, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,276 @@
+package mirror_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"offsetgate/internal/relay"
+	"offsetgate/internal/testkafka"
+	"offsetgate/mirror"
+	"offsetgate/proxy"
+)
+
+// relays maps every address a party dials to a relay of its own, so faults can be put on any
+// connection without the party knowing.
+type relays struct {
+	t     *testing.T
+	raw   bool
+	mu    sync.Mutex
+	by    map[string]*relay.Relay
+	fault relay.Fault
+}
+
+func newRelays(t *testing.T, f relay.Fault) *relays {
+	r := &relays{t: t, by: map[string]*relay.Relay{}, fault: f}
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, x := range r.by {
+			x.Close()
+		}
+	})
+	return r
+}
+
+func (r *relays) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	r.mu.Lock()
+	x := r.by[addr]
+	if x == nil {
+		var err error
+		newRelay := relay.New
+		if r.raw {
+			newRelay = relay.NewRaw
+		}
+		if x, err = newRelay(addr); err != nil {
+			r.mu.Unlock()
+			return nil, err
+		}
+		x.SetFault(r.fault)
+		r.by[addr] = x
+	}
+	r.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, x.Addr())
+}
+
+// dropProduceResponses drops every nth Produce response (and cuts its connection): the
+// request reached the other side, its answer is lost.
+func dropProduceResponses(n int64, dropped *atomic.Int64) relay.Fault {
+	var mu sync.Mutex
+	produce := map[[2]int32]bool{} // (connection, correlation id) of Produce requests
+	var seen atomic.Int64
+	return func(conn int, dir relay.Direction, frame []byte) relay.Action {
+		if len(frame) < 12 {
+			return relay.Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if dir == relay.ToServer {
+			if binary.BigEndian.Uint16(frame[4:]) == 0 {
+				produce[[2]int32{int32(conn), int32(binary.BigEndian.Uint32(frame[8:]))}] = true
+			}
+			return relay.Pass
+		}
+		k := [2]int32{int32(conn), int32(binary.BigEndian.Uint32(frame[4:]))}
+		if !produce[k] {
+			return relay.Pass
+		}
+		delete(produce, k)
+		if seen.Add(1)%n == 0 {
+			dropped.Add(1)
+			return relay.Drop
+		}
+		return relay.Pass
+	}
+}
+
+// cutLongConnections cuts each connection once, after it carried `after` chunks towards the
+// client (TLS: frames are not visible, but a cut loses whatever response was in flight).
+func cutLongConnections(after int, dropped *atomic.Int64) relay.Fault {
+	var mu sync.Mutex
+	chunks := map[int]int{}
+	return func(conn int, dir relay.Direction, _ []byte) relay.Action {
+		if dir != relay.ToClient {
+			return relay.Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		chunks[conn]++
+		if chunks[conn] == after {
+			dropped.Add(1)
+			return relay.Drop
+		}
+		return relay.Pass
+	}
+}
+
+func sameData(ctx context.Context, t *testing.T, e *env, topic string) {
+	t.Helper()
+	sc, dc := count(ctx, t, e.pair.Source, topic), count(ctx, t, e.pair.Dest, topic)
+	for p, se := range sc {
+		if dc[p] != se {
+			t.Fatalf("%s[%d]: destination holds %v, source %v (written twice or lost)", topic, p, dc[p], se)
+		}
+		want := readAll(ctx, t, e.pair.Source, topic, p, int(se[1]-se[0]))
+		got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]-se[0]))
+		for i := range want {
+			if want[i] != got[i] {
+				t.Fatalf("%s[%d] record %d: destination %+v, source %+v", topic, p, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// Responses lost between the mirroring client and offsetgate, and between offsetgate and
+// the destination, make both retry: nothing is written twice and nothing is lost.
+func TestDroppedResponses(t *testing.T) {
+	prefix := testkafka.Names(t, "x")
+	var upDropped, clientDropped atomic.Int64
+	up := newRelays(t, dropProduceResponses(4, &upDropped))
+	e := newEnv(t, prefix, func(c *proxy.Config) { c.Dial = up.dial })
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	topic := prefix + "-t"
+	if err := e.pair.Source.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, e.pair.Source, topic, 3000)
+	// The client side is TLS: the relay cuts connections between chunks, which loses
+	// responses in flight just the same.
+	down := newRelays(t, cutLongConnections(12, &clientDropped))
+	down.raw = true
+	cfg := e.mirrorConfig(topic)
+	cfg.Dial = down.dial
+	cfg.MaxBytes = 16 << 10
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if _, err = mirror.Once(ctx, cfg); err == nil {
+			break
+		}
+		t.Logf("mirror run %d: %v (running again)", attempt, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if upDropped.Load() == 0 || clientDropped.Load() == 0 {
+		t.Fatalf("dropped %d destination and %d client responses: the faults did not happen", upDropped.Load(), clientDropped.Load())
+	}
+	sameData(ctx, t, e, topic)
+}
+
+// offsetgate killed with SIGKILL in the middle of mirroring, restarted, and the mirror run
+// again: nothing is written twice and nothing is lost.
+func TestKillDuringMirror(t *testing.T) {
+	prefix := testkafka.Names(t, "k")
+	pair := testkafka.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := testkafka.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "offsetgate")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/offsetgate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building offsetgate: %v\n%s", err, out)
+	}
+	e := newEnv(t, prefix, nil) // certificates and the source data helpers; its own proxy is not used
+	e.stop()
+	base := freeBase(t)
+	listen := "127.0.0.1:" + strconv.Itoa(base)
+	cfgFile := filepath.Join(t.TempDir(), "offsetgate.yaml")
+	conf := fmt.Sprintf(`listen: %s
+bootstrap: [%s]
+tls:
+  listener: {cert_file: %s, key_file: %s, client_ca_file: %s, client_auth: request}
+mirroring:
+  clients: [{tls_san: "URI:spiffe://test/mirror", topics: ["%s*"]}]
+log: {level: warn}
+`, listen, strings.Join(pair.Dest.Addrs(), ", "), e.certs.Server.CertFile, e.certs.Server.KeyFile, e.certs.CA.CertFile, prefix)
+	if err := os.WriteFile(cfgFile, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "serve", "--config", cfgFile)
+		cmd.Dir = root
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(base+2), time.Second)
+			if err == nil {
+				c.Close()
+				return cmd
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("offsetgate did not come up")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	topic := prefix + "-t"
+	if err := pair.Source.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, pair.Source, topic, 6000)
+	e.addr = listen
+	cfg := e.mirrorConfig(topic)
+	cfg.MaxBytes = 8 << 10 // many small requests, so the kill lands in the middle
+
+	og := start()
+	mdone := make(chan error, 1)
+	go func() { _, err := mirror.Once(ctx, cfg); mdone <- err }()
+	// Kill once some data is on the destination, and well before the end.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		c := count(ctx, t, pair.Dest, topic)
+		if c[0][1]+c[1][1] > 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no progress before the kill")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = og.Process.Signal(syscall.SIGKILL)
+	_ = og.Wait()
+	if err := <-mdone; err == nil {
+		t.Log("the mirror run finished before the kill took effect")
+	}
+	mid := count(ctx, t, pair.Dest, topic)
+	start()
+	var runErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		if _, runErr = mirror.Once(ctx, cfg); runErr == nil {
+			break
+		}
+	}
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	if mid[0][1]+mid[1][1] >= 6000 {
+		t.Fatalf("everything was mirrored before the kill (%v): the test proves nothing", mid)
+	}
+	t.Logf("killed with %v on the destination", mid)
+	sameData(ctx, t, e, topic)
+	_ = kgo.NewOffset
+}
