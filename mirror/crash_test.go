@@ -24,47 +24,10 @@ import (
 	"offsetgate/proxy"
 )
 
-// relays maps every address a party dials to a relay of its own, so faults can be put on any
-// connection without the party knowing.
-type relays struct {
-	t     *testing.T
-	raw   bool
-	mu    sync.Mutex
-	by    map[string]*relay.Relay
-	fault relay.Fault
-}
-
-func newRelays(t *testing.T, f relay.Fault) *relays {
-	r := &relays{t: t, by: map[string]*relay.Relay{}, fault: f}
-	t.Cleanup(func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, x := range r.by {
-			x.Close()
-		}
-	})
-	return r
-}
-
-func (r *relays) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	r.mu.Lock()
-	x := r.by[addr]
-	if x == nil {
-		var err error
-		newRelay := relay.New
-		if r.raw {
-			newRelay = relay.NewRaw
-		}
-		if x, err = newRelay(addr); err != nil {
-			r.mu.Unlock()
-			return nil, err
-		}
-		x.SetFault(r.fault)
-		r.by[addr] = x
-	}
-	r.mu.Unlock()
-	var d net.Dialer
-	return d.DialContext(ctx, network, x.Addr())
+func newRelays(t *testing.T, raw bool, f relay.Fault) *relay.Set {
+	s := relay.NewSet(raw, f)
+	t.Cleanup(s.Close)
+	return s
 }
 
 // dropProduceResponses drops every nth Produce response (and cuts its connection): the
@@ -140,8 +103,8 @@ func sameData(ctx context.Context, t *testing.T, e *env, topic string) {
 func TestDroppedResponses(t *testing.T) {
 	prefix := testkafka.Names(t, "x")
 	var upDropped, clientDropped atomic.Int64
-	up := newRelays(t, dropProduceResponses(4, &upDropped))
-	e := newEnv(t, prefix, func(c *proxy.Config) { c.Dial = up.dial })
+	up := newRelays(t, false, dropProduceResponses(4, &upDropped))
+	e := newEnv(t, prefix, func(c *proxy.Config) { c.Dial = up.Dial })
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	topic := prefix + "-t"
@@ -151,10 +114,9 @@ func TestDroppedResponses(t *testing.T) {
 	produceSource(ctx, t, e.pair.Source, topic, 3000)
 	// The client side is TLS: the relay cuts connections between chunks, which loses
 	// responses in flight just the same.
-	down := newRelays(t, cutLongConnections(12, &clientDropped))
-	down.raw = true
+	down := newRelays(t, true, cutLongConnections(12, &clientDropped))
 	cfg := e.mirrorConfig(topic)
-	cfg.Dial = down.dial
+	cfg.Dial = down.Dial
 	cfg.MaxBytes = 16 << 10
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {

@@ -51,8 +51,9 @@ type Config struct {
 	// MaxFill is the largest hole in source offsets filled with filler records; larger holes
 	// start a new shift segment. Default 10000.
 	MaxFill int64 `yaml:"max_fill"`
-	// Dial, when set, replaces the dialer of every connection offsetgate opens to the
-	// destination (a seam for fault-injection tests; never from YAML).
+	// Dial, when set, replaces the dialer of offsetgate's own connections to the destination
+	// (catalog, ledger, produce-at-offset writes): a seam for fault-injection tests, never
+	// from YAML. Client connections' upstreams do not use it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error) `yaml:"-"`
 	// Path is the file the configuration came from (set by LoadConfig), watched for changes
 	// to the mirroring section.

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -21,12 +22,21 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"offsetgate/internal/relay"
 	"offsetgate/internal/testcerts"
 	"offsetgate/internal/testkafka"
 	"offsetgate/proxy"
 	"offsetgate/rules"
 	ogtls "offsetgate/tls"
+	"offsetgate/wire"
 )
+
+// batchAt is a one-record source batch at a source offset.
+func batchAt(base int64) []byte {
+	b := oneBatch()
+	binary.BigEndian.PutUint64(b[0:], uint64(base))
+	return b
+}
 
 // secureEnv is a Kafka cluster of the test's own with SSL (client certificates required),
 // SASL_PLAINTEXT and SASL_SSL listeners (PLAIN, SCRAM-SHA-256/512), and certificates.
@@ -291,6 +301,83 @@ func TestSecure(t *testing.T) {
 		}
 		if time.Since(start) > 80*time.Second {
 			t.Fatalf("it took %v to fail", time.Since(start))
+		}
+	})
+
+	// A produce-at-offset write whose ledger and destination calls stall runs off the event
+	// loop: an ordinary client on the same (single) loop keeps its latency.
+	t.Run("stalled ledger does not block the loop", func(t *testing.T) {
+		own := relay.NewSet(false, nil)
+		defer own.Close()
+		p := startSecureProxy(t, e, testkafka.ListenerSASLPlaintext, func(c *proxy.Config) {
+			c.Mirroring, c.UpstreamSASL = approveSASL, ownSASL
+			c.Transport, c.EventLoops, c.Dial = "gnet", 1, own.Dial
+		})
+		alice := franzClient(t, []string{p.addr}, kgo.SASL(mech("PLAIN", "alice")))
+		topic := "sasl-stall"
+		if err := createMirrorVia(ctx, alice, topic); err != nil {
+			t.Fatal(err)
+		}
+		md, err := kadm.NewClient(alice).Metadata(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leader := md.Topics[topic].Partitions[0].Leader
+		var addr string
+		for _, b := range md.Brokers {
+			if b.NodeID == leader {
+				addr = net.JoinHostPort(b.Host, itoa(int(b.Port)))
+			}
+		}
+		wc, err := wire.Dial(ctx, addr, nil, mech("PLAIN", "alice"), "stall-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wc.Close()
+		write := func(base int64) (int16, time.Duration) {
+			req := kmsg.NewPtrProduceRequest()
+			req.SetVersion(11)
+			req.Acks, req.TimeoutMillis = -1, 30000
+			rt := kmsg.NewProduceRequestTopic()
+			rt.Topic = topic
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Records = batchAt(base)
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			resp := kmsg.NewPtrProduceResponse()
+			start := time.Now()
+			if err := wc.RoundTrip(ctx, req, resp, true); err != nil {
+				t.Error(err)
+				return -1, 0
+			}
+			return resp.Topics[0].Partitions[0].ErrorCode, time.Since(start)
+		}
+		if code, _ := write(0); code != 0 {
+			t.Fatalf("first at-offset write: code %d", code)
+		}
+		own.SetDelay(time.Second) // every frame of offsetgate's own connections waits 1s
+		done := make(chan [2]int64, 1)
+		go func() {
+			code, took := write(1)
+			done <- [2]int64{int64(code), int64(took)}
+		}()
+		bob := franzClient(t, []string{p.addr}, kgo.SASL(mech("PLAIN", "bob")))
+		time.Sleep(200 * time.Millisecond)
+		var worst time.Duration
+		for i := 0; i < 10; i++ {
+			start := time.Now()
+			if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, bob); err != nil {
+				t.Fatal(err)
+			}
+			worst = max(worst, time.Since(start))
+			time.Sleep(100 * time.Millisecond)
+		}
+		r := <-done
+		if r[0] != 0 || time.Duration(r[1]) < 2*time.Second {
+			t.Fatalf("stalled at-offset write: code %d after %v (the stall did not happen)", r[0], time.Duration(r[1]))
+		}
+		if worst > 500*time.Millisecond {
+			t.Fatalf("an ordinary client on the same loop waited %v while a ledger write stalled", worst)
 		}
 	})
 

@@ -438,11 +438,7 @@ func (s *Server) dialUpstream(node int32) (net.Conn, error) {
 			continue
 		}
 		d := net.Dialer{Timeout: s.cfg.Limits.DialTimeout}
-		dial := d.DialContext
-		if s.cfg.Dial != nil {
-			dial = s.cfg.Dial
-		}
-		c, err := dial(ctx, "tcp", addr)
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetNoDelay(true)

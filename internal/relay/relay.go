@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -182,5 +183,58 @@ func (r *Relay) pipe(id int, from, to net.Conn, dir Direction) {
 		if _, err := to.Write(frame); err != nil {
 			return
 		}
+	}
+}
+
+// Set gives every address a party dials a relay of its own (one per target), so faults can
+// be put on any of its connections without the party knowing. Dial is a drop-in dial function.
+type Set struct {
+	raw   bool
+	mu    sync.Mutex
+	by    map[string]*Relay
+	fault Fault
+	delay time.Duration
+}
+
+// NewSet makes a set whose relays see frames (raw: chunks) and apply fault.
+func NewSet(raw bool, fault Fault) *Set {
+	return &Set{raw: raw, by: map[string]*Relay{}, fault: fault}
+}
+
+// Dial connects to addr through its relay.
+func (s *Set) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	s.mu.Lock()
+	r := s.by[addr]
+	if r == nil {
+		var err error
+		if r, err = start(addr, s.raw); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		r.SetFault(s.fault)
+		r.SetDelay(s.delay)
+		s.by[addr] = r
+	}
+	s.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, r.Addr())
+}
+
+// SetDelay delays every frame of every relay of the set, now and later.
+func (s *Set) SetDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = d
+	for _, r := range s.by {
+		r.SetDelay(d)
+	}
+}
+
+// Close stops every relay.
+func (s *Set) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.by {
+		r.Close()
 	}
 }
