@@ -514,35 +514,41 @@ func (w *Writer) produce(ctx context.Context, p *part, partition int32, data []b
 	return 0, last
 }
 
-func (w *Writer) partitionCount(ctx context.Context, topic string) (int32, error) {
+// topicMetadata asks the destination about one topic.
+func (w *Writer) topicMetadata(ctx context.Context, topic string) (*kmsg.MetadataResponseTopic, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, mt)
 	resp, err := req.RequestWith(ctx, w.cl)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Topics) != 1 {
+		return nil, fmt.Errorf("metadata of %s: %d topics answered", topic, len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	return &resp.Topics[0], nil
+}
+
+func (w *Writer) partitionCount(ctx context.Context, topic string) (int32, error) {
+	t, err := w.topicMetadata(ctx, topic)
 	if err != nil {
 		return 0, err
 	}
-	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-		return 0, fmt.Errorf("metadata of %s: %v", topic, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
-	}
-	return int32(len(resp.Topics[0].Partitions)), nil
+	return int32(len(t.Partitions)), nil
 }
 
 func (w *Writer) leader(ctx context.Context, topic string, partition int32) (int32, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, mt)
-	resp, err := req.RequestWith(ctx, w.cl)
+	t, err := w.topicMetadata(ctx, topic)
 	if err != nil {
 		return -1, err
 	}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if p.Partition == partition && p.ErrorCode == 0 && p.Leader >= 0 {
-				return p.Leader, nil
-			}
+	for _, p := range t.Partitions {
+		if p.Partition == partition && p.ErrorCode == 0 && p.Leader >= 0 {
+			return p.Leader, nil
 		}
 	}
 	return -1, fmt.Errorf("no leader for %s[%d]", topic, partition)

@@ -14,6 +14,7 @@ import (
 	"offsetgate/atoffset"
 	"offsetgate/batch"
 	"offsetgate/internal/testkafka"
+	"offsetgate/mirror"
 	"offsetgate/rules"
 	"offsetgate/wire"
 )
@@ -239,5 +240,30 @@ func TestProduceAtOffsetRules(t *testing.T) {
 	}
 	if n := count(ctx, t, e.pair.Dest, topic)[1]; n != atHalt {
 		t.Fatalf("the halted partition holds %v: offsetgate wrote after the mismatch", n)
+	}
+
+	// offsetgate status reads the same from the ledger.
+	st, err := mirror.Status(ctx, h.px, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p0, p1 *mirror.PartitionStatus
+	for i := range st {
+		if st[i].Topic == topic {
+			if st[i].Partition == 0 {
+				p0 = &st[i]
+			} else {
+				p1 = &st[i]
+			}
+		}
+	}
+	if p0 == nil || p1 == nil {
+		t.Fatalf("status does not list %s: %+v", topic, st)
+	}
+	if p0.End != 100005 || len(p0.Shifts) != 2 || p0.Fillers != 2 || p0.Epoch != 4 || p0.Halted != "" {
+		t.Fatalf("status of partition 0: %+v", *p0)
+	}
+	if p1.Halted == "" {
+		t.Fatalf("status does not show the halt: %+v", *p1)
 	}
 }

@@ -1,0 +1,158 @@
+package mirror
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"offsetgate/catalog"
+	"offsetgate/ledger"
+	"offsetgate/rules"
+)
+
+// PartitionStatus is one mirror partition as its ledger records it.
+type PartitionStatus struct {
+	Topic     string             `json:"topic"`
+	Partition int32              `json:"partition"`
+	End       int64              `json:"mirrored_end"` // next source offset; -1: nothing mirrored
+	Segments  []ledger.Entry     `json:"-"`
+	Shifts    []map[string]int64 `json:"segments"`
+	Epoch     int32              `json:"source_epoch"`
+	Batches   int64              `json:"batches"`
+	Fillers   int64              `json:"filler_records"`
+	Owner     string             `json:"owner,omitempty"`
+	Halted    string             `json:"halted,omitempty"`
+	SourceEnd int64              `json:"source_end,omitempty"`
+	Lag       int64              `json:"lag,omitempty"`
+}
+
+// Status reads the mirror marks and ledgers through offsetgate (clients may read offsetgate's
+// own topics; only writes are refused) and, when a source client is given, the source's ends.
+func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionStatus, error) {
+	marks, err := readTopic(ctx, px, catalog.MarksTopic, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading mirror marks: %w", err)
+	}
+	latest := map[string]rules.Mark{}
+	for _, r := range marks {
+		var m rules.Mark
+		if r.Value == nil {
+			delete(latest, string(r.Key))
+			continue
+		}
+		if json.Unmarshal(r.Value, &m) == nil {
+			latest[string(r.Key)] = m
+		}
+	}
+	var out []PartitionStatus
+	padm := kadm.NewClient(px)
+	for id, m := range latest {
+		if m.Removed {
+			continue
+		}
+		md, err := padm.Metadata(ctx, m.Topic)
+		if err != nil {
+			return nil, err
+		}
+		t, ok := md.Topics[m.Topic]
+		if !ok || t.Err != nil {
+			continue
+		}
+		var srcEnds kadm.ListedOffsets
+		if src != nil {
+			srcEnds, _ = kadm.NewClient(src).ListEndOffsets(ctx, m.Topic)
+		}
+		for p := range t.Partitions {
+			ps := PartitionStatus{Topic: m.Topic, Partition: p, End: -1, Epoch: -1}
+			recs, err := readTopic(ctx, px, ledger.Topic(id), p)
+			if err != nil && !strings.Contains(err.Error(), "UNKNOWN_TOPIC") {
+				return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
+			}
+			for _, r := range recs {
+				var e ledger.Entry
+				if json.Unmarshal(r.Value, &e) != nil {
+					continue
+				}
+				switch e.Kind {
+				case ledger.KindSegment:
+					ps.Shifts = append(ps.Shifts, map[string]int64{"from_source_offset": e.Src, "delta": e.Delta})
+				case ledger.KindBatch:
+					ps.Batches++
+					ps.End = e.Last + 1
+					ps.Epoch = max(ps.Epoch, e.Epoch)
+				case ledger.KindFiller:
+					ps.Fillers += int64(e.Count)
+					ps.End = e.Last + 1
+				case ledger.KindOwner:
+					if time.Now().Before(e.Until) {
+						ps.Owner = e.Owner
+					}
+				case ledger.KindHalt:
+					ps.Halted = e.Reason
+				}
+			}
+			if o, ok := srcEnds.Lookup(m.Topic, p); ok && o.Err == nil {
+				ps.SourceEnd = o.Offset
+				ps.Lag = o.Offset - max(ps.End, 0)
+			}
+			out = append(out, ps)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out, nil
+}
+
+// readTopic reads one partition of a topic from its start to its end at the time of the call.
+func readTopic(ctx context.Context, cl *kgo.Client, topic string, p int32) ([]*kgo.Record, error) {
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	end, ok := ends.Lookup(topic, p)
+	if !ok {
+		return nil, fmt.Errorf("UNKNOWN_TOPIC %s", topic)
+	}
+	if end.Err != nil {
+		return nil, end.Err
+	}
+	if end.Offset == 0 {
+		return nil, nil
+	}
+	opts := cl.Opts()
+	rd, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))...)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	var out []*kgo.Record
+	for {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return nil, ferr
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			out = append(out, r)
+			done = done || r.Offset+1 >= end.Offset
+		})
+		if done {
+			return out, nil
+		}
+	}
+}
