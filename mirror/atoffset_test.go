@@ -38,7 +38,7 @@ func srcBatch(base int64, n int, epoch int32, attrs int16, ts int64) []byte {
 
 // handClient sends produce-at-offset requests with the magic header, batch sets of its own.
 type handClient struct {
-	t     *testing.T
+	t     testing.TB
 	e     *env
 	topic string
 	conns map[int32]*wire.Conn
@@ -55,6 +55,16 @@ func (e *env) hand(topic string) *handClient {
 }
 
 func (h *handClient) send(ctx context.Context, part int32, batches ...[]byte) kmsg.ProduceResponseTopicPartition {
+	h.t.Helper()
+	var records []byte
+	for _, b := range batches {
+		records = append(records, b...)
+	}
+	return h.sendRaw(ctx, part, records)
+}
+
+// sendRaw sends one record set (concatenated batches) at offset.
+func (h *handClient) sendRaw(ctx context.Context, part int32, records []byte) kmsg.ProduceResponseTopicPartition {
 	h.t.Helper()
 	md, err := kadm.NewClient(h.px).Metadata(ctx, h.topic)
 	if err != nil {
@@ -75,10 +85,6 @@ func (h *handClient) send(ctx context.Context, part int32, batches ...[]byte) km
 		}
 		h.conns[leader] = c
 		h.t.Cleanup(func() { c.Close() })
-	}
-	var records []byte
-	for _, b := range batches {
-		records = append(records, b...)
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(11)

@@ -24,7 +24,7 @@ import (
 	"offsetgate/proxy"
 )
 
-func newRelays(t *testing.T, raw bool, f relay.Fault) *relay.Set {
+func newRelays(t testing.TB, raw bool, f relay.Fault) *relay.Set {
 	s := relay.NewSet(raw, f)
 	t.Cleanup(s.Close)
 	return s
@@ -81,7 +81,7 @@ func cutLongConnections(after int, dropped *atomic.Int64) relay.Fault {
 	}
 }
 
-func sameData(ctx context.Context, t *testing.T, e *env, topic string) {
+func sameData(ctx context.Context, t testing.TB, e *env, topic string) {
 	t.Helper()
 	sc, dc := count(ctx, t, e.pair.Source, topic), count(ctx, t, e.pair.Dest, topic)
 	for p, se := range sc {

@@ -304,7 +304,7 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 	}
 	s.From, s.To = offset, offset
 	for offset < end.Offset {
-		sets, err := fetchRaw(ctx, src, topic, part, offset, cfg.MaxBytes)
+		sets, err := FetchRaw(ctx, src, topic, part, offset, cfg.MaxBytes)
 		if err != nil {
 			return fail(err)
 		}
@@ -335,8 +335,8 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 	return s
 }
 
-// fetchRaw reads whole record batches from the source partition's leader at offset.
-func fetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, offset int64, maxBytes int32) ([][]byte, error) {
+// FetchRaw reads whole record batches from the source partition's leader at offset.
+func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, offset int64, maxBytes int32) ([][]byte, error) {
 	for attempt := 0; ; attempt++ {
 		req := kmsg.NewPtrFetchRequest()
 		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = 500, 1, maxBytes, -1

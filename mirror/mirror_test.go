@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { testkafka.Main(m) }
 // env is offsetgate (mTLS listener) in front of the shared destination, with a mirroring
 // client identity approved for the test's topics.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	pair   *testkafka.Pair
 	srv    *proxy.Server
 	addr   string
@@ -37,7 +37,9 @@ type env struct {
 	stop   func()
 }
 
-func newEnv(t *testing.T, prefix string, mutate func(*proxy.Config)) *env {
+func newEnvB(b *testing.B, prefix string) *env { return newEnv(b, prefix, nil) }
+
+func newEnv(t testing.TB, prefix string, mutate func(*proxy.Config)) *env {
 	t.Helper()
 	pair := testkafka.Shared(t)
 	set, err := testcerts.New(t.TempDir())
@@ -60,7 +62,7 @@ func newEnv(t *testing.T, prefix string, mutate func(*proxy.Config)) *env {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv, err := proxy.New(cfg, zaptest.NewLogger(t, zaptestLevel()))
+	srv, err := proxy.New(cfg, zaptest.NewLogger(t, zaptestLevel(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func newEnv(t *testing.T, prefix string, mutate func(*proxy.Config)) *env {
 	return e
 }
 
-func freeBase(t *testing.T) int {
+func freeBase(t testing.TB) int {
 	for i := 0; i < 200; i++ {
 		p := 20000 + rand.IntN(30000)
 		ok := true
@@ -120,7 +122,7 @@ type rec struct {
 	Timestamp int64
 }
 
-func readAll(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic string, partition int32, n int) []rec {
+func readAll(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string, partition int32, n int) []rec {
 	t.Helper()
 	if n == 0 {
 		return nil
@@ -148,7 +150,7 @@ func readAll(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic stri
 	return out
 }
 
-func count(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic string) map[int32][2]int64 {
+func count(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string) map[int32][2]int64 {
 	t.Helper()
 	adm, err := c.Admin()
 	if err != nil {
@@ -171,7 +173,7 @@ func count(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic string
 	return out
 }
 
-func produceSource(ctx context.Context, t *testing.T, c *testkafka.Cluster, topic string, n int, opts ...kgo.Opt) {
+func produceSource(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string, n int, opts ...kgo.Opt) {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic(topic),
 		kgo.ProducerLinger(5 * time.Millisecond), kgo.ProducerBatchMaxBytes(16 << 10)}, opts...)...)
@@ -332,4 +334,9 @@ func TestMirrorHighLogStart(t *testing.T) {
 	}
 }
 
-func zaptestLevel() zaptest.LoggerOption { return zaptest.Level(zapcore.InfoLevel) }
+func zaptestLevel(t testing.TB) zaptest.LoggerOption {
+	if _, ok := t.(*testing.B); ok {
+		return zaptest.Level(zapcore.WarnLevel)
+	}
+	return zaptest.Level(zapcore.InfoLevel)
+}
