@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 	"offsetgate/batch"
 	"offsetgate/catalog"
 	"offsetgate/ledger"
+	"offsetgate/wire"
 )
 
 // Error codes of produce-at-offset answers (docs/PROTOCOL.md).
@@ -54,7 +57,14 @@ type Config struct {
 	Instance string
 	// Lease is how long an ownership claim holds without renewal.
 	Lease time.Duration
+	// Dial, when set, opens a connection to a destination broker (with offsetgate's own TLS
+	// and SASL) for pipelined writes: up to five batches of a partition in flight at once, the
+	// idempotent producer's limit for ordered retries. Without it, batches go one at a time.
+	Dial func(ctx context.Context, addr string) (*wire.Conn, error)
 }
+
+// pipelineDepth is how many batches of one partition are in flight at once.
+const pipelineDepth = 5
 
 // Result is the answer for one partition of a produce-at-offset request.
 type Result struct {
@@ -122,6 +132,7 @@ type part struct {
 	halted  string
 	until   time.Time // our ownership lease
 	leader  int32     // cached leader of the partition on D; -1: unknown
+	conn    *wire.Conn
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -420,27 +431,141 @@ func (w *Writer) write(ctx context.Context, p *part, t catalog.Topic, partition 
 		p.segments, p.next, p.dnext, p.seq, p.epoch = segments, next, dnext, seq, epoch
 	}
 
-	// Data, in order, one batch per Produce request (what a stock broker takes).
+	// Data, in order, one batch per Produce request (what a stock broker takes): pipelined
+	// when possible; whatever the pipeline did not confirm is sent again one by one with the
+	// same bytes, which D recognises.
+	var todo []write
 	for _, wr := range plan {
-		if wr.dup {
+		if !wr.dup {
+			todo = append(todo, wr)
+		}
+	}
+	done := w.pipeline(ctx, p, partition, todo)
+	for i, wr := range todo {
+		if i < len(done) {
+			if res, halted := w.check(p, partition, wr, done[i]); halted {
+				return res
+			}
 			continue
 		}
 		base, err := w.produce(ctx, p, partition, wr.data)
 		if err != nil {
 			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: writing offset %d to the destination: %v; retry from offset %d", wr.entry.Src, err, mirroredEnd(p))}
 		}
-		if base != wr.entry.D {
-			reason := fmt.Sprintf("the destination put source offset %d at %d, expected %d (a write that did not come through offsetgate?)", wr.entry.Src, base, wr.entry.D)
-			p.halted = reason
-			w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
-			hctx, cancel := context.WithTimeout(context.Background(), defaultRequestTimeout)
-			_ = w.ledger.Append(hctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: wr.entry.Src, Reason: reason}})
-			cancel()
-			return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + reason}
+		if res, halted := w.check(p, partition, wr, base); halted {
+			return res
 		}
-		p.confirm(wr.entry.Src)
 	}
 	return Result{BaseOffset: hs[0].BaseOffset}
+}
+
+// check compares the base offset D answered with the one planned; a mismatch halts the
+// partition for good.
+func (w *Writer) check(p *part, partition int32, wr write, base int64) (Result, bool) {
+	if base != wr.entry.D {
+		reason := fmt.Sprintf("the destination put source offset %d at %d, expected %d (a write that did not come through offsetgate?)", wr.entry.Src, base, wr.entry.D)
+		p.halted = reason
+		w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
+		hctx, cancel := context.WithTimeout(context.Background(), defaultRequestTimeout)
+		_ = w.ledger.Append(hctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: wr.entry.Src, Reason: reason}})
+		cancel()
+		return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + reason}, true
+	}
+	p.confirm(wr.entry.Src)
+	return Result{}, false
+}
+
+// pipeline writes batches with up to pipelineDepth in flight on the partition's connection to
+// its leader and returns the base offsets of those D answered without error, in order. It
+// stops at the first problem (the caller then goes on one by one from there).
+func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []write) []int64 {
+	if w.cfg.Dial == nil || len(todo) < 2 {
+		return nil
+	}
+	if p.conn == nil {
+		addr, err := w.leaderAddr(ctx, p, partition)
+		if err != nil {
+			return nil
+		}
+		c, err := w.cfg.Dial(ctx, addr)
+		if err != nil {
+			return nil
+		}
+		p.conn = c
+	}
+	var out []int64
+	for i := 0; i < len(todo); i += pipelineDepth {
+		win := todo[i:min(i+pipelineDepth, len(todo))]
+		reqs := make([]kmsg.Request, len(win))
+		resps := make([]kmsg.Response, len(win))
+		for j, wr := range win {
+			reqs[j] = w.produceRequest(p, partition, wr.data, 9)
+			resps[j] = kmsg.NewPtrProduceResponse()
+		}
+		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
+		err := p.conn.Pipeline(rctx, reqs, resps)
+		cancel()
+		if err != nil {
+			p.conn.Close()
+			p.conn = nil
+			return out
+		}
+		for _, r := range resps {
+			pr := r.(*kmsg.ProduceResponse)
+			if len(pr.Topics) != 1 || len(pr.Topics[0].Partitions) != 1 || pr.Topics[0].Partitions[0].ErrorCode != 0 {
+				if len(pr.Topics) == 1 && len(pr.Topics[0].Partitions) == 1 && pr.Topics[0].Partitions[0].ErrorCode == 6 {
+					p.leader = -1 // NOT_LEADER_OR_FOLLOWER: find the leader again
+					p.conn.Close()
+					p.conn = nil
+				}
+				return out
+			}
+			out = append(out, pr.Topics[0].Partitions[0].BaseOffset)
+		}
+	}
+	return out
+}
+
+func (w *Writer) produceRequest(p *part, partition int32, data []byte, version int16) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	if version > 0 {
+		req.SetVersion(version)
+	}
+	req.Acks, req.TimeoutMillis = -1, int32(defaultRequestTimeout/time.Millisecond)
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = p.topic, p.tid
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = partition, data
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// leaderAddr is the address of the partition's leader on D.
+func (w *Writer) leaderAddr(ctx context.Context, p *part, partition int32) (string, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(p.topic)
+	req.Topics = append(req.Topics, mt)
+	resp, err := req.RequestWith(ctx, w.cl)
+	if err != nil {
+		return "", err
+	}
+	leader := int32(-1)
+	for _, t := range resp.Topics {
+		for _, pp := range t.Partitions {
+			if pp.Partition == partition {
+				leader = pp.Leader
+			}
+		}
+	}
+	for _, b := range resp.Brokers {
+		if b.NodeID == leader {
+			p.leader = leader
+			return net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), nil
+		}
+	}
+	return "", fmt.Errorf("no leader for %s[%d]", p.topic, partition)
 }
 
 func (p *part) confirm(src int64) {
@@ -482,14 +607,8 @@ func (w *Writer) produce(ctx context.Context, p *part, partition int32, data []b
 			p.leader = l
 		}
 		leader := p.leader
-		req := kmsg.NewPtrProduceRequest()
-		req.Acks, req.TimeoutMillis = -1, int32(defaultRequestTimeout/time.Millisecond)
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic, rt.TopicID = topic, p.tid // kgo negotiates the version; v13 names topics by id
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition, rp.Records = partition, data
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
+		// kgo negotiates the version; v13 names topics by id, so the request carries both.
+		req := w.produceRequest(p, partition, data, 0)
 		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
 		kr, err := w.cl.Broker(int(leader)).Request(rctx, req)
 		cancel()

@@ -184,6 +184,29 @@ func (s *Server) ownClientOpts() ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// dialOwn opens a raw connection of offsetgate's own to a destination broker, with its own TLS
+// and SASL (the produce-at-offset writer pipelines on it).
+func (s *Server) dialOwn(ctx context.Context, addr string) (*wire.Conn, error) {
+	var tc *stdtls.Config
+	if s.upTLS != nil {
+		host, _, _ := net.SplitHostPort(addr)
+		tc = s.upTLS.Config(host)
+	}
+	var mech sasl.Mechanism
+	if s.cfg.UpstreamSASL != nil {
+		m, err := s.cfg.UpstreamSASL.mechanism()
+		if err != nil {
+			return nil, err
+		}
+		mech = m
+	}
+	dial := (&net.Dialer{Timeout: s.cfg.Limits.DialTimeout}).DialContext
+	if s.cfg.Dial != nil {
+		dial = s.cfg.Dial
+	}
+	return wire.DialWith(ctx, dial, addr, tc, mech, "offsetgate-writer")
+}
+
 func (s *Server) logIdentity(log *zap.Logger) func(rules.Identity) {
 	return func(id rules.Identity) { log.Info("client identity", zap.Stringer("identity", id)) }
 }

@@ -185,7 +185,7 @@ func (s *Server) Run(ctx context.Context) error {
 		host, _ := os.Hostname()
 		instance = host + "/" + s.cfg.Listen
 	}
-	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance}, wcl, ledger.New(wcl, opts),
+	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance, Dial: s.dialOwn}, wcl, ledger.New(wcl, opts),
 		s.log.Named("atoffset"), atoffset.NewMetrics(s.reg))
 	if s.cfg.Path != "" {
 		s.wg.Add(1)

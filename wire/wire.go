@@ -75,11 +75,43 @@ func (w *Conn) RoundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Respon
 		_ = w.c.SetDeadline(dl)
 		defer func() { _ = w.c.SetDeadline(time.Time{}) }()
 	}
+	corr, err := w.send(req, magic)
+	if err != nil {
+		return err
+	}
+	return w.receive(req, resp, corr)
+}
+
+// Pipeline sends every request, then reads every response in order: the broker answers a
+// connection's requests in the order they came. It stops at the first failure; responses
+// not read are lost with the connection, which the caller must then close.
+func (w *Conn) Pipeline(ctx context.Context, reqs []kmsg.Request, resps []kmsg.Response) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = w.c.SetDeadline(dl)
+		defer func() { _ = w.c.SetDeadline(time.Time{}) }()
+	}
+	corrs := make([]int32, len(reqs))
+	for i, r := range reqs {
+		c, err := w.send(r, false)
+		if err != nil {
+			return err
+		}
+		corrs[i] = c
+	}
+	for i, r := range reqs {
+		if err := w.receive(r, resps[i], corrs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Conn) send(req kmsg.Request, magic bool) (int32, error) {
 	w.corr++
 	var b []byte
 	if magic {
 		if !req.IsFlexible() {
-			return fmt.Errorf("the magic header needs a flexible request version; %s v%d is not", kmsg.NameForKey(req.Key()), req.GetVersion())
+			return 0, fmt.Errorf("the magic header needs a flexible request version; %s v%d is not", kmsg.NameForKey(req.Key()), req.GetVersion())
 		}
 		b = session.AppendMagicHeader([]byte{0, 0, 0, 0}, req.Key(), req.GetVersion(), w.corr, w.clientID)
 		b = req.AppendTo(b)
@@ -88,8 +120,12 @@ func (w *Conn) RoundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Respon
 		b = kmsg.NewRequestFormatter(kmsg.FormatterClientID(w.clientID)).AppendRequest(nil, req, w.corr)
 	}
 	if _, err := w.c.Write(b); err != nil {
-		return err
+		return 0, err
 	}
+	return w.corr, nil
+}
+
+func (w *Conn) receive(req kmsg.Request, resp kmsg.Response, corr int32) error {
 	var sz [4]byte
 	if _, err := io.ReadFull(w.c, sz[:]); err != nil {
 		return err
@@ -98,7 +134,7 @@ func (w *Conn) RoundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Respon
 	if _, err := io.ReadFull(w.c, p); err != nil {
 		return err
 	}
-	if len(p) < 4 || int32(binary.BigEndian.Uint32(p)) != w.corr {
+	if len(p) < 4 || int32(binary.BigEndian.Uint32(p)) != corr {
 		return errors.New("response out of order")
 	}
 	body := p[4:]
