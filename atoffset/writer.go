@@ -133,6 +133,10 @@ type part struct {
 	until   time.Time // our ownership lease
 	leader  int32     // cached leader of the partition on D; -1: unknown
 	conn    *wire.Conn
+	// resync is set after a write failed: the next request must start exactly at the
+	// mirrored end, so a request a client sent before it saw the failure is never taken for a
+	// hole in the source and filled.
+	resync bool
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -315,6 +319,7 @@ func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, re
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	res := w.write(ctx, p, t, partition, records)
+	p.resync = res.Code != 0
 	w.m.observe(p.topic, partition, res, len(records), time.Since(start), p.halted != "")
 	return res
 }
@@ -350,6 +355,9 @@ func (w *Writer) write(ctx context.Context, p *part, t catalog.Topic, partition 
 		}
 	}
 
+	if p.resync && p.next >= 0 && hs[0].BaseOffset > mirroredEnd(p) {
+		return Result{Code: ErrOutOfOrder, Msg: fmt.Sprintf("offsetgate: the previous write failed; resend from the mirrored end %d (this request starts at %d)", mirroredEnd(p), hs[0].BaseOffset)}
+	}
 	// Plan. Nothing changes in p until the ledger holds the plan.
 	next, dnext, seq, epoch := p.next, p.dnext, p.seq, p.epoch
 	segments := p.segments

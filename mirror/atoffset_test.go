@@ -272,4 +272,13 @@ func TestProduceAtOffsetRules(t *testing.T) {
 	if p1.Halted == "" {
 		t.Fatalf("status does not show the halt: %+v", *p1)
 	}
+
+	// After a refused write, a request that does not start at the mirrored end is refused
+	// rather than read as a hole (a pipelining client's next request after a failure).
+	if p := h.send(ctx, 0, srcBatch(100010, 2, 4, 0, ts)); p.ErrorCode != atoffset.ErrOutOfOrder {
+		t.Fatalf("a request past the mirrored end after a failure: code %d (%s)", p.ErrorCode, msg(p))
+	}
+	if p := h.send(ctx, 0, srcBatch(100005, 2, 4, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("resending from the mirrored end: code %d (%s)", p.ErrorCode, msg(p))
+	}
 }
