@@ -30,7 +30,7 @@ type running struct {
 
 // freeBase finds a port p such that p and the broker ports p+1+id of the cluster's nodes are
 // free on loopback.
-func freeBase(t *testing.T, c *testkafka.Cluster) int {
+func freeBase(t testing.TB, c *testkafka.Cluster) int {
 	t.Helper()
 	for i := 0; i < 200; i++ {
 		p := 20000 + rand.IntN(30000)
@@ -59,7 +59,7 @@ func freeBase(t *testing.T, c *testkafka.Cluster) int {
 	return 0
 }
 
-func startProxy(t *testing.T, dest *testkafka.Cluster, transport string, mutate func(*proxy.Config)) *running {
+func startProxy(t testing.TB, dest *testkafka.Cluster, transport string, mutate func(*proxy.Config)) *running {
 	t.Helper()
 	base := freeBase(t, dest)
 	cfg := proxy.Config{
@@ -129,7 +129,7 @@ func (r *running) ports(dest *testkafka.Cluster) map[string]bool {
 	return out
 }
 
-func (r *running) metric(t *testing.T, name string, labels map[string]string) float64 {
+func (r *running) metric(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := r.srv.Registry().Gather()
 	if err != nil {
@@ -176,7 +176,7 @@ type rec struct {
 	Value     string
 }
 
-func franzClient(t *testing.T, addrs []string, opts ...kgo.Opt) *kgo.Client {
+func franzClient(t testing.TB, addrs []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)...)
 	if err != nil {

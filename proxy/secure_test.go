@@ -50,7 +50,7 @@ type secureEnv struct {
 
 var users = map[string]string{"alice": "alice-secret", "bob": "bob-secret", "og": "og-secret"}
 
-func startSecure(t *testing.T) *secureEnv {
+func startSecure(t testing.TB) *secureEnv {
 	t.Helper()
 	certs, err := testcerts.New(t.TempDir())
 	if err != nil {
@@ -91,7 +91,7 @@ func mech(name, user string) sasl.Mechanism {
 }
 
 // startSecureProxy starts offsetgate in front of a listener of the secure cluster.
-func startSecureProxy(t *testing.T, e *secureEnv, listener string, mutate func(*proxy.Config)) *running {
+func startSecureProxy(t testing.TB, e *secureEnv, listener string, mutate func(*proxy.Config)) *running {
 	t.Helper()
 	return startProxy(t, e.c, "", func(c *proxy.Config) {
 		c.Transport = ""
