@@ -76,6 +76,9 @@ type Limits struct {
 	ClientHighWaterBytes int           `yaml:"client_high_water_bytes"`
 	MaxBufferedBytes     int           `yaml:"max_buffered_bytes"`
 	DialTimeout          time.Duration `yaml:"dial_timeout"`
+	// MemoryLimitBytes is the Go runtime's soft memory limit (GOMEMLIMIT); 0 means 1 GiB, -1
+	// none. Buffers churn under load; the limit makes the collector return memory sooner.
+	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
 	DrainTimeout         time.Duration `yaml:"drain_timeout"`
 }
 
@@ -109,6 +112,9 @@ func (c *Config) Defaults() {
 	}
 	if l.DialTimeout == 0 {
 		l.DialTimeout = 10 * time.Second
+	}
+	if l.MemoryLimitBytes == 0 {
+		l.MemoryLimitBytes = 1 << 30
 	}
 	if l.DrainTimeout == 0 {
 		l.DrainTimeout = 15 * time.Second

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"go.uber.org/zap"
@@ -66,6 +67,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && cfg.Limits.MemoryLimitBytes > 0 {
+		debug.SetMemoryLimit(cfg.Limits.MemoryLimitBytes)
+	}
 	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate serve:", err)

@@ -1,0 +1,161 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"offsetgate/bench"
+	"offsetgate/internal/testkafka"
+)
+
+// relayEnv makes the test binary run as the relay process (see TestMain).
+const relayEnv = "OGBENCH_TEST_RELAY_TARGETS"
+
+func TestMain(m *testing.M) {
+	if targets := os.Getenv(relayEnv); targets != "" {
+		if err := bench.RelayMain(strings.Split(targets, ","), os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	testkafka.Main(m)
+}
+
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// The benchmark runs end to end against real Kafka on a tiny data set: every path moves every
+// byte and every number is filled in. No timing is asserted: the numbers of a test run on a
+// shared machine mean nothing.
+func TestBenchEndToEnd(t *testing.T) {
+	pair := testkafka.Shared(t)
+	root, err := testkafka.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "offsetgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/offsetgate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building offsetgate: %v\n%s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := bench.Config{
+		Dest:          pair.Dest,
+		OffsetgateBin: bin,
+		Relay: func(targets []string) *exec.Cmd {
+			c := exec.Command(os.Args[0], "-test.run=^$")
+			c.Env = append(os.Environ(), relayEnv+"="+strings.Join(targets, ","))
+			return c
+		},
+		Mode:         "test",
+		BytesPerCase: 2 << 20,
+		RecordSizes:  []int{1024, 65536},
+		Partitions:   []int{1, 4},
+		Rounds:       1,
+		LoadFraction: 0.5,
+		Linger:       10 * time.Millisecond,
+		IdleConns:    50,
+		Progress:     logWriter{t},
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(rep.Cases) != 4 {
+		t.Fatalf("%d cases, want 4", len(rep.Cases))
+	}
+	for _, c := range rep.Cases {
+		want := int64(c.Records) * int64(c.RecordBytes)
+		if c.Records != int(cfg.BytesPerCase)/c.RecordBytes {
+			t.Errorf("%s: %d records per path, want %d", c.Name, c.Records, int(cfg.BytesPerCase)/c.RecordBytes)
+		}
+		for what, ts := range map[string][]bench.Throughput{"saturation": c.Saturation, "consume": c.Consume} {
+			if len(ts) != len(bench.Paths) {
+				t.Fatalf("%s %s: %d paths", c.Name, what, len(ts))
+			}
+			for i, tp := range ts {
+				if tp.Path != bench.Paths[i] || len(tp.Samples) != 1 {
+					t.Fatalf("%s %s: path %q with %d samples", c.Name, what, tp.Path, len(tp.Samples))
+				}
+				s := tp.Samples[0]
+				// Consumers also read the few small warm-up records at the head of the topic.
+				if (what == "saturation" && (s.Records != int64(c.Records) || s.Bytes != want)) ||
+					(what == "consume" && (s.Records <= int64(c.Records) || s.Bytes < want)) {
+					t.Errorf("%s %s %s: moved %d records, %d bytes; the data set is %d records, %d bytes",
+						c.Name, what, tp.Path, s.Records, s.Bytes, c.Records, want)
+				}
+				if tp.MBps <= 0 || s.Seconds <= 0 || tp.RatioToDirect <= 0 {
+					t.Errorf("%s %s %s: no throughput (%+v)", c.Name, what, tp.Path, tp)
+				}
+			}
+		}
+		if c.FixedLoad == nil || c.FixedLoad.OfferedMBps <= 0 || len(c.FixedLoad.Paths) != len(bench.Paths) {
+			t.Fatalf("%s: fixed load missing: %+v", c.Name, c.FixedLoad)
+		}
+		for _, l := range c.FixedLoad.Paths {
+			s := l.Samples[0]
+			if s.Records != int64(c.Records) || s.Bytes != want || s.Latencies != c.Records {
+				t.Errorf("%s fixed load %s: %d records, %d bytes, %d latencies; want %d records, %d bytes",
+					c.Name, l.Path, s.Records, s.Bytes, s.Latencies, c.Records, want)
+			}
+			if l.AchievedMBps <= 0 || l.P50Ms <= 0 || l.P99Ms < l.P50Ms || l.MaxMs < l.P99Ms {
+				t.Errorf("%s fixed load %s: latencies not recorded: %+v", c.Name, l.Path, l)
+			}
+		}
+	}
+	id := rep.Idle
+	if id == nil || id.Opened != cfg.IdleConns || int(id.SessionsOpen) != cfg.IdleConns || id.RSSAfterKiB <= 0 || id.Error != "" {
+		t.Fatalf("idle connections: %+v", id)
+	}
+	if id.FDsAfter < id.FDsBefore+2*cfg.IdleConns {
+		t.Errorf("offsetgate holds %d descriptors with %d idle connections, %d before: the upstream connections are missing",
+			id.FDsAfter, cfg.IdleConns, id.FDsBefore)
+	}
+	if len(rep.Targets) != 2*len(rep.Cases)+1 {
+		t.Errorf("%d targets evaluated", len(rep.Targets))
+	}
+	if rep.Machine.Nproc <= 0 || rep.Versions.Go == "" || rep.Versions.Kafka == "" || rep.Versions.Offsetgate == "" {
+		t.Errorf("machine or versions missing: %+v %+v", rep.Machine, rep.Versions)
+	}
+
+	// The outputs: JSON that reads back, the chart drawn from it, the table.
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.json")
+	if err := bench.WriteJSON(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	back, err := bench.ReadJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svg, table bytes.Buffer
+	if err := bench.WriteSVG(&svg, back); err != nil {
+		t.Fatal(err)
+	}
+	if s := svg.String(); !strings.HasPrefix(s, "<svg") || !strings.Contains(s, "offsetgate") || strings.Count(s, "<rect") < 3*4*3 {
+		t.Errorf("chart: %.200s", s)
+	}
+	bench.WriteTable(&table, back)
+	for _, want := range []string{"Produce saturation", "fixed load", "Consume", "Idle connections", "Targets"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	t.Logf("\n%s", table.String())
+}

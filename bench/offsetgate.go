@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"offsetgate/internal/testkafka"
+)
+
+// ogProc is a running `offsetgate serve` process.
+type ogProc struct {
+	cmd     *exec.Cmd
+	listen  string
+	admin   string
+	logPath string
+	done    chan struct{}
+}
+
+// startOffsetgate runs `offsetgate serve` (gnet transport) in front of dest on loopback ports
+// it picks, and waits until it is ready and every broker listener accepts.
+func startOffsetgate(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name string) (*ogProc, error) {
+	base, err := freeBase(dest)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &ogProc{
+		listen:  net.JoinHostPort("127.0.0.1", strconv.Itoa(base)),
+		admin:   net.JoinHostPort("127.0.0.1", strconv.Itoa(admin)),
+		logPath: filepath.Join(logDir, name+".log"),
+		done:    make(chan struct{}),
+	}
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(bin, "serve", "--bootstrap", dest.Bootstrap(), "--listen", p.listen,
+		"--admin", p.admin, "--transport", "gnet", "--log-format", "json", "--log-level", "warn")
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := p.ready(dest)
+		if err == nil {
+			return p, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("offsetgate exited during start; log %s:\n%s", p.logPath, tailFile(p.logPath, 20))
+		case <-ctx.Done():
+			p.stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("offsetgate not ready in 30s: %v; log %s:\n%s", err, p.logPath, tailFile(p.logPath, 20))
+		}
+	}
+}
+
+func (p *ogProc) ready(dest *testkafka.Cluster) error {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + p.admin + "/readyz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz: %s", resp.Status)
+	}
+	for _, n := range dest.Nodes {
+		a := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.brokerPort(n.ID)))
+		conn, err := net.DialTimeout("tcp", a, time.Second)
+		if err != nil {
+			return fmt.Errorf("broker listener for node %d: %w", n.ID, err)
+		}
+		conn.Close()
+	}
+	return nil
+}
+
+func (p *ogProc) brokerPort(node int32) int {
+	_, ps, _ := net.SplitHostPort(p.listen)
+	base, _ := strconv.Atoi(ps)
+	return base + 1 + int(node)
+}
+
+func (p *ogProc) pid() int { return p.cmd.Process.Pid }
+
+// metric reads one unlabelled sample from the admin /metrics endpoint.
+func (p *ogProc) metric(name string) (float64, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// counters reads offsetgate's own non-zero samples from /metrics (histogram buckets left out)
+// and a few of the Go runtime's, by their exposition names.
+func (p *ogProc) counters() (map[string]float64, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		keep := strings.HasPrefix(line, "offsetgate_") && !strings.Contains(line, "_bucket{")
+		for _, k := range []string{"go_goroutines ", "go_memstats_heap_inuse_bytes ", "process_resident_memory_bytes ", "go_gc_duration_seconds_count "} {
+			keep = keep || strings.HasPrefix(line, k)
+		}
+		if !keep {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil && v != 0 {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// stop asks offsetgate to drain and stop (SIGTERM), and kills it after 20 s.
+func (p *ogProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// freeBase finds a port p below the ephemeral range such that p and the broker ports p+1+id
+// of dest's nodes are free on loopback.
+func freeBase(dest *testkafka.Cluster) (int, error) {
+	for i := 0; i < 500; i++ {
+		p := 20000 + rand.IntN(12000)
+		ports := []int{p}
+		for _, n := range dest.Nodes {
+			ports = append(ports, p+1+int(n.ID))
+		}
+		ok := true
+		var ls []net.Listener
+		for _, q := range ports {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(q)))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free port range on loopback")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,241 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"debug/buildinfo"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+// procCPU returns a process's user plus system CPU time in seconds, from /proc/<pid>/stat.
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after it start at the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
+	}
+	return float64(ut+st) / userHZ, nil
+}
+
+// cpuOf sums procCPU over pids, skipping zero pids and processes that cannot be read.
+func cpuOf(pids ...int) float64 {
+	var s float64
+	for _, p := range pids {
+		if p <= 0 {
+			continue
+		}
+		if v, err := procCPU(p); err == nil {
+			s += v
+		}
+	}
+	return s
+}
+
+// machineCPU returns the machine's busy CPU seconds (user, nice, system, irq, softirq) and
+// steal seconds since boot, from /proc/stat.
+func machineCPU() (busy, steal float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	v := func(i int) float64 {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return float64(n) / userHZ
+	}
+	// user nice system idle iowait irq softirq steal
+	return v(1) + v(2) + v(3) + v(6) + v(7), v(8)
+}
+
+// procStatusKiB reads a "kB" line (VmRSS, VmHWM, ...) of /proc/<pid>/status.
+func procStatusKiB(pid int, key string) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, key+":") {
+			continue
+		}
+		fs := strings.Fields(strings.TrimPrefix(line, key+":"))
+		if len(fs) == 0 {
+			break
+		}
+		return strconv.ParseInt(fs[0], 10, 64)
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, key)
+}
+
+// procFDs counts a process's open file descriptors.
+func procFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// procFDLimit is a process's soft limit of open files.
+func procFDLimit(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			fs := strings.Fields(rest)
+			if len(fs) > 0 {
+				return strconv.Atoi(fs[0])
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/limits: no open files limit", pid)
+}
+
+// Machine describes where a run happened.
+type Machine struct {
+	Nproc        int    `json:"nproc"`
+	CPUModel     string `json:"cpu_model"`
+	Kernel       string `json:"kernel"`
+	MemTotalKiB  int64  `json:"mem_total_kib"`
+	LoadAvgStart string `json:"loadavg_start"`
+	LoadAvgEnd   string `json:"loadavg_end"`
+	FDLimit      string `json:"fd_limit"`
+}
+
+func machineInfo() Machine {
+	m := Machine{Nproc: runtime.NumCPU(), LoadAvgStart: loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "MemTotal:") {
+				fs := strings.Fields(line)
+				if len(fs) >= 2 {
+					m.MemTotalKiB, _ = strconv.ParseInt(fs[1], 10, 64)
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/limits"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "Max open files") {
+				fs := strings.Fields(strings.TrimPrefix(line, "Max open files"))
+				if len(fs) >= 2 {
+					m.FDLimit = fs[0] + "/" + fs[1]
+				}
+			}
+		}
+	}
+	return m
+}
+
+// loadAvg is the first three fields of /proc/loadavg.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	fs := strings.Fields(string(b))
+	if len(fs) > 3 {
+		fs = fs[:3]
+	}
+	return strings.Join(fs, " ")
+}
+
+// Versions are the software a run measured.
+type Versions struct {
+	Go         string `json:"go"`
+	Kafka      string `json:"kafka"`
+	FranzGo    string `json:"franz_go"`
+	Offsetgate string `json:"offsetgate"`
+	// OffsetgateCommit is the commit the offsetgate binary was built from.
+	OffsetgateCommit string `json:"offsetgate_commit,omitempty"`
+}
+
+func versions(kafka, offsetgateBin string) Versions {
+	v := Versions{Go: runtime.Version(), Kafka: kafka}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/twmb/franz-go" {
+				v.FranzGo = d.Version
+			}
+		}
+	}
+	if offsetgateBin != "" {
+		if out, err := exec.Command(offsetgateBin, "version").Output(); err == nil {
+			v.Offsetgate = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+		}
+	}
+	// The commit offsetgate was built from, as the Go toolchain stamped it into the binary.
+	if bi, err := buildinfo.ReadFile(offsetgateBin); err == nil {
+		var rev, modified string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" && modified == "true" {
+			rev += " with uncommitted changes"
+		}
+		v.OffsetgateCommit = rev
+	}
+	// Without VCS stamping (-buildvcs=false), the working tree's commit (scripts/bench builds
+	// offsetgate from it), marked when Go sources that go into the binary differ from it.
+	if v.OffsetgateCommit == "" {
+		if out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
+			v.OffsetgateCommit = strings.TrimSpace(string(out))
+			st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--",
+				"*.go", ":(exclude)*_test.go", "go.mod", "go.sum").Output()
+			if err == nil && len(bytes.TrimSpace(st)) > 0 {
+				v.OffsetgateCommit += " with uncommitted changes"
+			}
+		}
+	}
+	return v
+}

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+)
+
+// The targets a run is evaluated against (printed PASS or MISS, never asserted by tests).
+const (
+	TargetAddedP99Ms      = 1.0   // added produce p99 at the fixed load, ms
+	TargetSaturationRatio = 0.90  // offsetgate saturation throughput / direct
+	TargetIdleBytes       = 65536 // resident memory per idle connection, bytes
+)
+
+// Evaluate checks offsetgate's numbers in rep against the targets.
+func Evaluate(rep *Report) []Target {
+	var out []Target
+	for _, c := range rep.Cases {
+		if c.FixedLoad != nil {
+			for _, l := range c.FixedLoad.Paths {
+				if l.Path == PathOffsetgate {
+					out = append(out, Target{Name: "added p99 at fixed load", Case: c.Name, Value: l.AddedP99Ms,
+						Limit: TargetAddedP99Ms, Unit: "ms", Pass: l.AddedP99Ms < TargetAddedP99Ms})
+				}
+			}
+		}
+	}
+	for _, c := range rep.Cases {
+		for _, t := range c.Saturation {
+			if t.Path == PathOffsetgate {
+				out = append(out, Target{Name: "saturation throughput vs direct", Case: c.Name, Value: 100 * t.RatioToDirect,
+					Limit: 100 * TargetSaturationRatio, Unit: "%", Pass: t.RatioToDirect >= TargetSaturationRatio})
+			}
+		}
+	}
+	if rep.Idle != nil && rep.Idle.Opened > 0 {
+		out = append(out, Target{Name: "memory per idle connection", Case: fmt.Sprintf("%d connections", rep.Idle.Opened),
+			Value: rep.Idle.BytesPerConn / 1024, Limit: TargetIdleBytes / 1024, Unit: "KiB", Pass: rep.Idle.BytesPerConn < TargetIdleBytes})
+	}
+	return out
+}
+
+// WriteJSON writes the report as indented JSON, creating the folder.
+func WriteJSON(path string, rep *Report) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// ReadJSON reads a report written by WriteJSON.
+func ReadJSON(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &rep, nil
+}
+
+func find[T any](xs []T, path func(T) string, p string) (T, bool) {
+	for _, x := range xs {
+		if path(x) == p {
+			return x, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func tpath(t Throughput) string { return t.Path }
+func lpath(l Latency) string    { return l.Path }
+
+// WriteTable prints the report for people.
+func WriteTable(w io.Writer, rep *Report) {
+	m, v, s := rep.Machine, rep.Versions, rep.Settings
+	fmt.Fprintf(w, "offsetgate pass-through benchmark, %s run, %s\n", rep.Mode, rep.Started.Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(w, "machine: %d CPUs (%s), kernel %s, load %s at start, %s at end\n", m.Nproc, m.CPUModel, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd)
+	commit := v.OffsetgateCommit
+	if commit == "" {
+		commit = "unknown"
+	}
+	data := ""
+	if s.KafkaData != "" {
+		data = ", data on " + s.KafkaData
+	}
+	fmt.Fprintf(w, "software: %s, Kafka %s (%d brokers, RF %d%s), franz-go %s, %s built from commit %s\n",
+		v.Go, v.Kafka, s.Brokers, s.ReplicationFactor, data, v.FranzGo, v.Offsetgate, commit)
+	fmt.Fprintf(w, "data set: %s of record payload per case and path, %d round(s), medians shown; MB = 1e6 bytes\n",
+		sizeString(s.BytesPerCase), s.Rounds)
+	fmt.Fprintf(w, "producer: %s\n", s.Producer)
+	if q := rep.Quiet; q != nil && q.MeasuredSeconds > 0 {
+		fmt.Fprintf(w, "other processes during the %.0f s measured: %.0f%% of one CPU on average (hypervisor steal %.0f%%)\n",
+			q.MeasuredSeconds, 100*q.OtherCPUSeconds/q.MeasuredSeconds, 100*q.StealCPUSeconds/q.MeasuredSeconds)
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	throughputTable := func(title string, get func(Case) []Throughput) {
+		fmt.Fprintf(w, "\n%s\n", title)
+		fmt.Fprintln(tw, "case\tdirect MB/s\trelay MB/s\trelay/direct\trelay CPU s/GB\toffsetgate MB/s\tog/direct\toffsetgate CPU s/GB\t")
+		for _, c := range rep.Cases {
+			ts := get(c)
+			d, _ := find(ts, tpath, PathDirect)
+			r, _ := find(ts, tpath, PathRelay)
+			o, _ := find(ts, tpath, PathOffsetgate)
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f%%\t%.2f\t%.1f\t%.0f%%\t%.2f\t\n", c.Name, d.MBps, r.MBps, 100*r.RatioToDirect,
+				r.ProxyCPUPerGB, o.MBps, 100*o.RatioToDirect, o.ProxyCPUPerGB)
+		}
+		tw.Flush()
+	}
+	throughputTable("Produce saturation (acks=all, as fast as possible)", func(c Case) []Throughput { return c.Saturation })
+
+	fmt.Fprintf(w, "\nProduce at a fixed load (%.0f%% of the direct saturation rate), latency per record, send to ack, ms\n", 100*s.LoadFraction)
+	fmt.Fprintln(tw, "case\toffered MB/s\tdirect p50\tp99\trelay p50\tp99\tadded p99\toffsetgate p50\tp99\tadded p50\tadded p99\tog CPU s/GB\t")
+	for _, c := range rep.Cases {
+		if c.FixedLoad == nil {
+			continue
+		}
+		ls := c.FixedLoad.Paths
+		d, _ := find(ls, lpath, PathDirect)
+		r, _ := find(ls, lpath, PathRelay)
+		o, _ := find(ls, lpath, PathOffsetgate)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%+.3f\t%.3f\t%.3f\t%+.3f\t%+.3f\t%.2f\t\n", c.Name, c.FixedLoad.OfferedMBps,
+			d.P50Ms, d.P99Ms, r.P50Ms, r.P99Ms, r.AddedP99Ms, o.P50Ms, o.P99Ms, o.AddedP50Ms, o.AddedP99Ms, o.ProxyCPUPerGB)
+	}
+	tw.Flush()
+
+	throughputTable("Consume (read the direct path's data set back from the start)", func(c Case) []Throughput { return c.Consume })
+
+	if len(rep.Memory) > 0 {
+		fmt.Fprintf(w, "\nMemory after the throughput cases:")
+		for i, m := range rep.Memory {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(w, "%s %s RSS %s (peak %s)", sep, m.Process, sizeString(m.RSSKiB<<10), sizeString(m.PeakRSSKiB<<10))
+		}
+		fmt.Fprintln(w)
+	}
+
+	if id := rep.Idle; id != nil {
+		fmt.Fprintf(w, "\nIdle connections to offsetgate (one ApiVersions round trip each, then idle)\n")
+		fmt.Fprintf(w, "  %d of %d opened (%d sessions reported, fds %d -> %d); RSS %s -> %s; %.1f KiB per connection (Go heap in use %s -> %s)\n",
+			id.Opened, id.Requested, int(id.SessionsOpen), id.FDsBefore, id.FDsAfter,
+			sizeString(id.RSSBeforeKiB<<10), sizeString(id.RSSAfterKiB<<10), id.BytesPerConn/1024,
+			sizeString(int64(id.HeapBeforeKiB)<<10), sizeString(int64(id.HeapAfterKiB)<<10))
+		if id.Note != "" {
+			fmt.Fprintf(w, "  note: %s\n", id.Note)
+		}
+		if id.Error != "" {
+			fmt.Fprintf(w, "  opening stopped early: %s\n", id.Error)
+		}
+	}
+
+	fmt.Fprintf(w, "\nTargets (offsetgate)\n")
+	for _, t := range rep.Targets {
+		verdict := "MISS"
+		if t.Pass {
+			verdict = "PASS"
+		}
+		op := "<"
+		if t.Unit == "%" {
+			op = ">="
+		}
+		fmt.Fprintf(w, "  %s  %-33s %-18s %8.3f %s (target %s %g %s)\n", verdict, t.Name, t.Case, t.Value, t.Unit, op, t.Limit, t.Unit)
+	}
+}
+
+func sizeString(b int64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", b>>30)
+	case b >= 1<<20:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(b)/(1<<20)), ".0") + " MiB"
+	case b >= 1<<10:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(b)/(1<<10)), ".0") + " KiB"
+	default:
+		return fmt.Sprintf("%d B", b)
+	}
+}
