@@ -282,3 +282,26 @@ func TestProduceAtOffsetRules(t *testing.T) {
 		t.Fatalf("resending from the mirrored end: code %d (%s)", p.ErrorCode, msg(p))
 	}
 }
+
+// One offsetgate instance writes a mirror partition: a second instance (another instance id)
+// is refused while the first one's lease holds, and writes nothing.
+func TestSecondInstanceRefused(t *testing.T) {
+	prefix := testkafka.Names(t, "o")
+	first := newEnv(t, prefix, nil)
+	second := newEnv(t, prefix, nil) // another listen address: another instance id
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := prefix + "-t"
+	first.createMirrorTopic(ctx, topic, 1)
+	ts := time.Now().UnixMilli()
+	if p := first.hand(topic).send(ctx, 0, srcBatch(0, 5, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("first instance: %d %s", p.ErrorCode, msg(p))
+	}
+	p := second.hand(topic).send(ctx, 0, srcBatch(5, 5, 0, 0, ts))
+	if p.ErrorCode != atoffset.ErrOwned || msg(p) == "" {
+		t.Fatalf("second instance: code %d (%s), want POLICY_VIOLATION naming the owner", p.ErrorCode, msg(p))
+	}
+	if n := count(ctx, t, first.pair.Dest, topic)[0]; n != [2]int64{0, 5} {
+		t.Fatalf("the partition holds %v after the refused write", n)
+	}
+}
