@@ -78,8 +78,8 @@ type Limits struct {
 	DialTimeout          time.Duration `yaml:"dial_timeout"`
 	// MemoryLimitBytes is the Go runtime's soft memory limit (GOMEMLIMIT); 0 means 1 GiB, -1
 	// none. Buffers churn under load; the limit makes the collector return memory sooner.
-	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
-	DrainTimeout         time.Duration `yaml:"drain_timeout"`
+	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
+	DrainTimeout     time.Duration `yaml:"drain_timeout"`
 }
 
 // LogConfig selects the log format and level.
