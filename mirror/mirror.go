@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -421,7 +422,8 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			last = err
 			continue
 		}
-		c, err := conns.get(ctx, addr)
+		key := connKey(addr, topic, part)
+		c, err := conns.get(ctx, addr, key)
 		if err != nil {
 			last = err
 			continue
@@ -440,7 +442,7 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 		err = c.RoundTrip(rctx, req, resp, true)
 		cancel()
 		if err != nil {
-			conns.drop(addr)
+			conns.drop(key)
 			last = err
 			continue
 		}
@@ -485,7 +487,7 @@ func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (
 	return "", fmt.Errorf("broker %d not in metadata", p.Leader)
 }
 
-// connPool keeps one magic-header connection per offsetgate broker listener.
+// connPool keeps one magic-header connection per partition being mirrored.
 type connPool struct {
 	cfg   Config
 	mu    sync.Mutex
@@ -501,12 +503,18 @@ func newConnPool(cfg Config) *connPool { return &connPool{cfg: cfg, conns: map[s
 
 // get returns the connection to addr, locked for one round trip at a time by the caller's
 // partition: round trips on one connection are serialized.
-func (p *connPool) get(ctx context.Context, addr string) (*lockedConn, error) {
+// connKey names the connection of one partition: offsetgate handles a connection's
+// produce-at-offset requests one at a time, so partitions get connections of their own.
+func connKey(addr, topic string, part int32) string {
+	return addr + "/" + topic + "/" + strconv.Itoa(int(part))
+}
+
+func (p *connPool) get(ctx context.Context, addr, key string) (*lockedConn, error) {
 	p.mu.Lock()
-	pc := p.conns[addr]
+	pc := p.conns[key]
 	if pc == nil {
 		pc = &poolConn{}
-		p.conns[addr] = pc
+		p.conns[key] = pc
 	}
 	p.mu.Unlock()
 	pc.mu.Lock()
@@ -529,9 +537,9 @@ func (p *connPool) get(ctx context.Context, addr string) (*lockedConn, error) {
 	return &lockedConn{pc}, nil
 }
 
-func (p *connPool) drop(addr string) {
+func (p *connPool) drop(key string) {
 	p.mu.Lock()
-	pc := p.conns[addr]
+	pc := p.conns[key]
 	p.mu.Unlock()
 	if pc == nil {
 		return
