@@ -46,6 +46,10 @@ type Config struct {
 	Progress io.Writer
 	// Dial, when set, opens the connections to offsetgate (a seam for fault-injection tests).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// follow keeps mirroring new records until the context ends (Follow sets it).
+	follow bool
+	// ProgressEvery is how often a following run prints each partition's position.
+	ProgressEvery time.Duration
 }
 
 // PartitionSummary is what one partition's run did.
@@ -73,6 +77,20 @@ func (s Summary) Err() error {
 		}
 	}
 	return nil
+}
+
+// Follow mirrors the topics continuously, partitions in parallel, each from where offsetgate
+// says its mirror ends, until ctx ends; then it returns what it did. Errors of a partition end
+// the run (it can be started again: it resumes from the mirrored end).
+func Follow(ctx context.Context, cfg Config) (Summary, error) {
+	cfg.follow = true
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 1 << 20 // every partition at once: each waits on the source most of the time
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10 * time.Second
+	}
+	return Once(ctx, cfg)
 }
 
 // Once mirrors every partition of the topics from where offsetgate says its mirror ends up
@@ -304,10 +322,27 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 		return fail(fmt.Errorf("the mirror ends at %d, beyond the source's end %d: the source went backwards (truncated or recreated)", offset, end.Offset))
 	}
 	s.From, s.To = offset, offset
+	if cfg.follow {
+		end.Offset = 1<<63 - 1
+	}
+	lastReport := time.Now()
 	for offset < end.Offset {
+		if cfg.follow && time.Since(lastReport) >= cfg.ProgressEvery && cfg.Progress != nil {
+			lastReport = time.Now()
+			fmt.Fprintf(cfg.Progress, "%s[%d]: mirrored to offset %d (%d records, %d bytes this run)\n", topic, part, offset, s.Records, s.Bytes)
+		}
+		if ctx.Err() != nil {
+			return s
+		}
 		sets, err := FetchRaw(ctx, src, topic, part, offset, cfg.MaxBytes)
 		if err != nil {
+			if ctx.Err() != nil {
+				return s
+			}
 			return fail(err)
+		}
+		if cfg.follow && len(sets) == 0 {
+			continue // nothing new: the fetch long-polled
 		}
 		var send []byte
 		var hs []batch.Header
@@ -323,6 +358,9 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 			return fail(fmt.Errorf("the source returned no batch at offset %d", offset))
 		}
 		if err := produceAtOffset(ctx, px, conns, topic, part, send); err != nil {
+			if cfg.follow && ctx.Err() != nil {
+				return s // stopped on purpose: the next run resumes from the mirrored end
+			}
 			return fail(fmt.Errorf("at offset %d: %w", hs[0].BaseOffset, err))
 		}
 		for _, h := range hs {

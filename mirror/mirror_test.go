@@ -340,3 +340,44 @@ func zaptestLevel(t testing.TB) zaptest.LoggerOption {
 	}
 	return zaptest.Level(zapcore.InfoLevel)
 }
+
+// A following mirror keeps up with a source that is written while it runs, and stops cleanly.
+func TestMirrorFollow(t *testing.T) {
+	prefix := testkafka.Names(t, "f")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 200)
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := mirror.Follow(fctx, e.mirrorConfig(topic)); done <- err }()
+	for round := 0; round < 3; round++ {
+		produceSource(ctx, t, s, topic, 150)
+		time.Sleep(300 * time.Millisecond)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for fmt.Sprint(count(ctx, t, s, topic)) != fmt.Sprint(count(ctx, t, e.pair.Dest, topic)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the following mirror did not catch up: source %v, destination %v", count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("stopping the following mirror: %v", err)
+	}
+	for p, se := range count(ctx, t, s, topic) {
+		want := readAll(ctx, t, s, topic, p, int(se[1]))
+		got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]))
+		for i := range want {
+			if want[i] != got[i] {
+				t.Fatalf("%s[%d] record %d differs", topic, p, i)
+			}
+		}
+	}
+}

@@ -32,7 +32,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	source := fs.String("source", "", "source cluster brokers, host:port[,...] (required)")
 	proxyAddr := fs.String("proxy", "", "offsetgate bootstrap address, host:port[,...] (required)")
 	topics := fs.String("topic", "", "topics to mirror, comma-separated (required)")
-	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit")
+	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit (default: keep mirroring until interrupted)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
 	parallel := fs.Int("parallel", 4, "partitions mirrored at once")
 	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
@@ -43,7 +43,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	saslUser := fs.String("sasl-user", "", "SASL user")
 	saslPassFile := fs.String("sasl-password-file", "", "file holding the SASL password (or OFFSETGATE_SASL_PASSWORD)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT --topic T[,T...] --once [identity flags]")
+		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT --topic T[,T...] [--once] [identity flags]")
 		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition failed (see the message), 2 bad usage, 3 internal error.")
 		fs.PrintDefaults()
 	}
@@ -52,10 +52,6 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if *source == "" || *proxyAddr == "" || *topics == "" {
 		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topic are required")
-		return exitUsage
-	}
-	if !*once {
-		fmt.Fprintln(stderr, "offsetgate mirror: this version mirrors with --once only (continuous mirroring comes later)")
 		return exitUsage
 	}
 	cfg := mirror.Config{Source: strings.Split(*source, ","), Proxy: strings.Split(*proxyAddr, ","),
@@ -77,7 +73,11 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		cfg.ProxySASL = m
 	}
-	sum, err := mirror.Once(ctx, cfg)
+	run := mirror.Follow
+	if *once {
+		run = mirror.Once
+	}
+	sum, err := run(ctx, cfg)
 	mirror.SortSummary(&sum)
 	var batches, records, bytes int64
 	for _, p := range sum.Partitions {

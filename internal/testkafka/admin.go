@@ -12,7 +12,9 @@ import (
 
 // Client returns a franz-go client seeded with every node of the cluster.
 func (c *Cluster) Client(opts ...kgo.Opt) (*kgo.Client, error) {
-	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, opts...)...)
+	// Tests create topics and at once use them: ask for metadata again soon, not after
+	// franz-go's default five seconds.
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...), kgo.MetadataMinAge(100 * time.Millisecond)}, opts...)...)
 }
 
 // Admin returns an admin client; close it with Close.
