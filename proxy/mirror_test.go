@@ -585,3 +585,57 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 type disconnectHook func()
 
 func (h disconnectHook) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h() }
+
+// Promotion: an approved mirroring client removes the mark; the topic then takes ordinary
+// writes through offsetgate, DescribeConfigs no longer shows the mark, and it can never be
+// marked again. Others may not promote.
+func TestPromotion(t *testing.T) {
+	prefix := testkafka.Names(t, "p")
+	e := newMirrorEnv(t, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := prefix + "-m"
+	if err := e.createMirror(ctx, e.mirror, topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	resp := e.rawProduce(ctx, e.mirror, true, map[string]int32{topic: 0})
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 {
+		t.Fatalf("at-offset write before promotion: %d", p.ErrorCode)
+	}
+	del := []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: rules.MarkKey}}
+	ir, err := e.admin(e.other).AlterTopicConfigs(ctx, del, topic)
+	if err != nil || !errors.Is(ir[0].Err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("an unapproved identity promoting: %v %+v", err, ir)
+	}
+	ir, err = e.admin(e.mirror).AlterTopicConfigs(ctx, del, topic)
+	if err != nil || ir[0].Err != nil {
+		t.Fatalf("promotion by the mirroring client: %v %+v", err, ir)
+	}
+	// Ordinary producers now write; the offsets carry on from the mirrored ones.
+	pcl := e.client(e.other, kgo.DefaultProduceTopic(topic))
+	if err := pcl.ProduceSync(ctx, &kgo.Record{Value: []byte("after promotion")}).FirstErr(); err != nil {
+		t.Fatalf("ordinary produce after promotion: %v", err)
+	}
+	if n := hwm(ctx, t, e.d, topic, 0); n != 2 {
+		t.Fatalf("end offset %d after promotion and one ordinary write, want 2", n)
+	}
+	rc, err := e.admin(e.other).DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rc[0].Configs {
+		if c.Key == rules.MarkKey {
+			t.Fatalf("the promoted topic still shows the mark")
+		}
+	}
+	// Never marked again.
+	ir, err = e.admin(e.mirror).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: rules.MarkKey, Value: kmsg.StringPtr("true")}}, topic)
+	if err != nil || !errors.Is(ir[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("marking a promoted topic again: %v %+v", err, ir)
+	}
+	// A consumer through offsetgate reads on without a jump in offsets.
+	got := consumeAll(ctx, t, []string{e.p.addr}, topic, 2, kgo.DialTLSConfig(e.certs.ClientTLS(e.other)))
+	if got[0].Offset != 0 || got[1].Offset != 1 || got[1].Value != "after promotion" {
+		t.Fatalf("consumer after promotion: %+v", got)
+	}
+}
