@@ -332,6 +332,26 @@ func TestMirrorHighLogStart(t *testing.T) {
 	if o, _ := ends.Lookup(topic, 0); o.Offset != src[1] {
 		t.Fatalf("mirrored end through offsetgate %d, source end %d", o.Offset, src[1])
 	}
+	// The mirroring client follows the source's log start with DeleteRecords in source
+	// offsets; offsetgate moves D's log start to the shifted offset and answers in source terms.
+	at := src[1] - 10
+	dr, err := kadm.NewClient(pcl).DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: at}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := dr.Lookup(topic, 0); r.Err != nil || r.LowWatermark != at {
+		t.Fatalf("DeleteRecords through offsetgate: low watermark %d (%v), want %d", r.LowWatermark, r.Err, at)
+	}
+	if d := count(ctx, t, e.pair.Dest, topic)[0]; d[0] != at-shift {
+		t.Fatalf("destination log start %d, want %d (source %d minus the shift %d)", d[0], at-shift, at, shift)
+	}
+	starts, err := kadm.NewClient(pcl).ListStartOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := starts.Lookup(topic, 0); o.Offset != at {
+		t.Fatalf("log start through offsetgate %d, want %d", o.Offset, at)
+	}
 }
 
 func zaptestLevel(t testing.TB) zaptest.LoggerOption {

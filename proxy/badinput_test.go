@@ -77,7 +77,7 @@ func TestBadInputClosesConnection(t *testing.T) {
 			if open := p.metric(t, "offsetgate_client_connections", nil); open != 0 {
 				t.Fatalf("%v connections still open", open)
 			}
-			if n := p.metric(t, "offsetgate_client_connections_closed_total", map[string]string{"reason": "protocol_error"}); n < 6 {
+			if n := p.waitMetric(t, "offsetgate_client_connections_closed_total", map[string]string{"reason": "protocol_error"}, 6); n < 6 {
 				t.Fatalf("%v connections closed for protocol errors, want at least 6", n)
 			}
 		})

@@ -225,3 +225,17 @@ func sortRecs(rs []rec) {
 		return rs[i].Offset < rs[j].Offset
 	})
 }
+
+// waitMetric waits until a metric reaches at least min: connections are counted when their
+// goroutines or event-loop callbacks finish, a moment after the client sees the close.
+func (r *running) waitMetric(t testing.TB, name string, labels map[string]string, min float64) float64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := r.metric(t, name, labels)
+		if v >= min || time.Now().After(deadline) {
+			return v
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

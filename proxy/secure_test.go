@@ -225,7 +225,7 @@ func TestSecure(t *testing.T) {
 				t.Errorf("%s: offsetgate held the connection for %v", name, time.Since(start))
 			}
 		}
-		if n := p.metric(t, "offsetgate_client_connections_closed_total", map[string]string{"reason": "tls"}); n < 4 {
+		if n := p.waitMetric(t, "offsetgate_client_connections_closed_total", map[string]string{"reason": "tls"}, 4); n < 4 {
 			t.Errorf("%v TLS handshake failures counted, want at least 4", n)
 		}
 		// Renegotiation (TLS 1.2) is refused: crypto/tls servers never renegotiate.
@@ -252,7 +252,7 @@ func TestSecure(t *testing.T) {
 		if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, alice); err == nil {
 			t.Fatal("an unmapped mTLS client used offsetgate's destination certificate")
 		}
-		if n := p.metric(t, "offsetgate_client_connections_closed_total", map[string]string{"reason": "forbidden"}); n < 1 {
+		if n := p.waitMetric(t, "offsetgate_client_connections_closed_total", map[string]string{"reason": "forbidden"}, 1); n < 1 {
 			t.Fatalf("the refusal was not counted as forbidden (%v)", n)
 		}
 		shared := startSecureProxy(t, e, testkafka.ListenerSSL, func(c *proxy.Config) {
