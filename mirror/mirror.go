@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +51,10 @@ type Config struct {
 	follow bool
 	// ProgressEvery is how often a following run prints each partition's position.
 	ProgressEvery time.Duration
+	// Groups, when set, selects the source consumer groups whose committed offsets are copied
+	// to the destination (after a --once run; every GroupInterval while following).
+	Groups        *regexp.Regexp
+	GroupInterval time.Duration
 }
 
 // PartitionSummary is what one partition's run did.
@@ -149,6 +154,46 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	conns := newConnPool(cfg)
 	defer conns.close()
+	copyGroups := func(cctx context.Context) error {
+		if cfg.Groups == nil {
+			return nil
+		}
+		res, err := CopyGroups(cctx, src, px, cfg.Groups, cfg.Topics)
+		if cfg.Progress != nil {
+			for _, g := range res {
+				switch {
+				case g.Skipped != "":
+					fmt.Fprintf(cfg.Progress, "group %s: not copied: %s\n", g.Group, g.Skipped)
+				case g.Copied > 0:
+					fmt.Fprintf(cfg.Progress, "group %s: %d partition offsets copied\n", g.Group, g.Copied)
+				}
+			}
+		}
+		return err
+	}
+	if cfg.follow && cfg.Groups != nil {
+		interval := cfg.GroupInterval
+		if interval <= 0 {
+			interval = 5 * time.Second
+		}
+		gdone := make(chan struct{})
+		defer func() { <-gdone }()
+		go func() {
+			defer close(gdone)
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if err := copyGroups(ctx); err != nil && ctx.Err() == nil && cfg.Progress != nil {
+						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
+					}
+				}
+			}
+		}()
+	}
 	out := make([]PartitionSummary, len(jobs))
 	sem := make(chan struct{}, cfg.Parallel)
 	var wg sync.WaitGroup
@@ -172,7 +217,15 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	wg.Wait()
 	sum := Summary{Partitions: out, Elapsed: time.Since(start)}
-	return sum, sum.Err()
+	if err := sum.Err(); err != nil {
+		return sum, err
+	}
+	if !cfg.follow {
+		if err := copyGroups(ctx); err != nil {
+			return sum, err
+		}
+	}
+	return sum, nil
 }
 
 // retry runs an administrative call again after connection failures (a lost connection to

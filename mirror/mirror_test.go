@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -400,4 +401,149 @@ func TestMirrorFollow(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Moving a consumer group: it stops on the source, the mirror copies its committed offsets,
+// and it starts against offsetgate, where it resumes at the next record: every record is
+// processed once across the move. The copy never goes beyond the mirrored end nor backwards,
+// and leaves a group with active members alone.
+func TestMoveConsumerGroup(t *testing.T) {
+	prefix := testkafka.Names(t, "g")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	group := prefix + "-billing"
+	if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 400)
+	seen := map[string]int{}
+	consume := func(addrs []string, max int, opts ...kgo.Opt) int {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.FetchMaxBytes(4000)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		n := 0
+		for n < max {
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			fs := cl.PollRecords(pctx, max-n)
+			pcancel()
+			if len(fs.Records()) == 0 {
+				break
+			}
+			for _, r := range fs.Records() {
+				seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+			}
+			n += len(fs.Records())
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	// Part of the way on the source, then the group stops.
+	if n := consume(s.Addrs(), 150); n != 150 {
+		t.Fatalf("consumed %d on the source", n)
+	}
+	cfg := e.mirrorConfig(topic)
+	cfg.Groups = regexp.MustCompile("^" + regexp.QuoteMeta(group) + "$")
+	start := time.Now()
+	if _, err := mirror.Once(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pause := time.Since(start)
+	sadm, _ := s.Admin()
+	defer sadm.Close()
+	so, err := sadm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dadm, _ := e.pair.Dest.Admin()
+	defer dadm.Close()
+	do, err := dadm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	so.Each(func(o kadm.OffsetResponse) {
+		d, ok := do.Lookup(o.Topic, o.Partition)
+		if !ok || d.At != o.At {
+			t.Fatalf("%s[%d]: destination group offset %v, source %d", o.Topic, o.Partition, d.At, o.At)
+		}
+	})
+	// The group starts against offsetgate and processes the rest.
+	rest := consume([]string{e.addr}, 400, kgo.DialTLSConfig(e.certs.ClientTLS(e.client)))
+	if rest != 250 {
+		t.Fatalf("after the move the group read %d records, want 250", rest)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("record %s processed %d times", k, n)
+		}
+	}
+	if len(seen) != 400 {
+		t.Fatalf("%d distinct records processed, want 400", len(seen))
+	}
+	t.Logf("group paused for %v (mirror pass and offset copy)", pause.Round(time.Millisecond))
+
+	// Never backwards: a second copy with the source behind the destination changes nothing.
+	if _, err := mirror.CopyGroups(ctx, e.srcClient(t), e.proxyClient(t), cfg.Groups, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	do2, _ := dadm.FetchOffsets(ctx, group)
+	do2.Each(func(o kadm.OffsetResponse) {
+		if so2, _ := so.Lookup(o.Topic, o.Partition); o.At < so2.At {
+			t.Fatalf("the copy moved %s[%d] backwards to %d", o.Topic, o.Partition, o.At)
+		}
+	})
+	// A group with active members on the destination is left alone.
+	member, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client)),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	waitUntil(t, 30*time.Second, func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		member.PollFetches(pctx)
+		pcancel()
+		dd, err := kadm.NewClient(e.proxyClient(t)).DescribeGroups(ctx, group)
+		return err == nil && len(dd[group].Members) > 0
+	})
+	res, err := mirror.CopyGroups(ctx, e.srcClient(t), e.proxyClient(t), cfg.Groups, []string{topic})
+	if err != nil || len(res) != 1 || res[0].Skipped == "" {
+		t.Fatalf("copy with an active group: %+v %v", res, err)
+	}
+}
+
+func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (e *env) srcClient(t testing.TB) *kgo.Client {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.pair.Source.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func (e *env) proxyClient(t testing.TB) *kgo.Client {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -35,6 +36,8 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit (default: keep mirroring until interrupted)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
 	parallel := fs.Int("parallel", 4, "partitions mirrored at once")
+	groups := fs.String("groups", "", "copy the committed offsets of source consumer groups matching this regular expression")
+	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied while following")
 	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
 	caFile := fs.String("tls-ca", "", "CA bundle to verify offsetgate's certificate (turns TLS on)")
 	certFile := fs.String("tls-cert", "", "client certificate for offsetgate (mTLS identity)")
@@ -57,6 +60,14 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	cfg := mirror.Config{Source: strings.Split(*source, ","), Proxy: strings.Split(*proxyAddr, ","),
 		Topics: strings.Split(*topics, ","), MaxBytes: int32(*maxBytes), Parallel: *parallel,
 		ReplicationFactor: int16(*rf), Progress: stdout}
+	if *groups != "" {
+		re, err := regexp.Compile(*groups)
+		if err != nil {
+			fmt.Fprintln(stderr, "offsetgate mirror: --groups:", err)
+			return exitUsage
+		}
+		cfg.Groups, cfg.GroupInterval = re, *groupInterval
+	}
 	if *caFile != "" || *certFile != "" {
 		tc, err := clientTLS(*caFile, *certFile, *keyFile)
 		if err != nil {
