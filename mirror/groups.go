@@ -2,10 +2,12 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -57,6 +59,10 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			return out, fmt.Errorf("offsets of group %s on the source: %w", g, err)
 		}
 		do, err := padm.FetchOffsets(ctx, g)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			// Some brokers answer so for a group that never committed there: nothing yet.
+			do, err = kadm.OffsetResponses{}, nil
+		}
 		if err != nil {
 			return out, fmt.Errorf("offsets of group %s through offsetgate: %w", g, err)
 		}

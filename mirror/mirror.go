@@ -102,6 +102,9 @@ func Follow(ctx context.Context, cfg Config) (Summary, error) {
 // to the source's end at start, and returns.
 func Once(ctx context.Context, cfg Config) (Summary, error) {
 	start := time.Now()
+	if cfg.Progress != nil {
+		cfg.Progress = &LockedWriter{W: cfg.Progress} // partitions report from their goroutines
+	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 1 << 20
 	}
@@ -154,6 +157,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	conns := newConnPool(cfg)
 	defer conns.close()
+	lastSkip := map[string]string{} // print a group's skip reason once, not every pass
 	copyGroups := func(cctx context.Context) error {
 		if cfg.Groups == nil {
 			return nil
@@ -163,10 +167,13 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			for _, g := range res {
 				switch {
 				case g.Skipped != "":
-					fmt.Fprintf(cfg.Progress, "group %s: not copied: %s\n", g.Group, g.Skipped)
+					if lastSkip[g.Group] != g.Skipped {
+						fmt.Fprintf(cfg.Progress, "group %s: not copied: %s\n", g.Group, g.Skipped)
+					}
 				case g.Copied > 0:
 					fmt.Fprintf(cfg.Progress, "group %s: %d partition offsets copied\n", g.Group, g.Copied)
 				}
+				lastSkip[g.Group] = g.Skipped
 			}
 		}
 		return err
@@ -673,4 +680,16 @@ func SortSummary(s *Summary) {
 		}
 		return a.Partition < b.Partition
 	})
+}
+
+// LockedWriter serializes writes from several goroutines.
+type LockedWriter struct {
+	mu sync.Mutex
+	W  io.Writer
+}
+
+func (l *LockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.W.Write(b)
 }

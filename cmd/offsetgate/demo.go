@@ -5,66 +5,355 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"regexp"
+	"sort"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"offsetgate/internal/testcerts"
+	"offsetgate/mirror"
+	"offsetgate/proxy"
+	"offsetgate/rules"
+	ogtls "offsetgate/tls"
 )
 
-// runDemo starts an embedded source and destination cluster (kfake, in process), seeds the
-// source with a topic and some records, and prints how to connect. It runs until interrupted
-// or until --duration passes.
+// runDemo runs the whole journey on embedded clusters (kfake, in process): a producer writes
+// to the source, offsetgate fronts the destination, the mirror copies the topic offsets
+// included, a consumer group moves from the source to the destination through offsetgate
+// mid-stream, and the end compares source and destination record by record.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
-	records := fs.Int("records", 1000, "records to write to the source's demo topic")
+	phase := fs.Duration("phase", 3*time.Second, "how long each phase of the demo runs")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
-
-	src, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(3, "demo-orders"))
-	if err != nil {
-		fmt.Fprintln(stderr, "offsetgate demo: starting the embedded source cluster:", err)
+	stdout = &mirror.LockedWriter{W: stdout} // the demo and the mirror's partitions all report
+	say := func(format string, a ...any) { fmt.Fprintf(stdout, "[demo] "+format+"\n", a...) }
+	fail := func(what string, err error) int {
+		fmt.Fprintf(stderr, "offsetgate demo: %s: %v\n", what, err)
 		return 1
+	}
+	const topic, group = "demo-orders", "demo-billing"
+
+	src, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(3, topic))
+	if err != nil {
+		return fail("starting the embedded source cluster", err)
 	}
 	defer src.Close()
 	dst, err := kfake.NewCluster(kfake.NumBrokers(2))
 	if err != nil {
-		fmt.Fprintln(stderr, "offsetgate demo: starting the embedded destination cluster:", err)
-		return 1
+		return fail("starting the embedded destination cluster", err)
 	}
 	defer dst.Close()
+	say("source cluster %v (topic %s, 3 partitions), destination cluster %v", src.ListenAddrs(), topic, dst.ListenAddrs())
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(src.ListenAddrs()...), kgo.DefaultProduceTopic("demo-orders"))
+	dir, err := os.MkdirTemp("", "offsetgate-demo-")
 	if err != nil {
-		fmt.Fprintln(stderr, "offsetgate demo:", err)
+		return fail("temporary folder", err)
+	}
+	defer os.RemoveAll(dir)
+	certs, err := testcerts.New(dir)
+	if err != nil {
+		return fail("certificates", err)
+	}
+	mirrorID, err := certs.Client("demo-mirror", testcerts.SANs{URIs: []string{"spiffe://demo/mirror"}})
+	if err != nil {
+		return fail("certificates", err)
+	}
+	port, err := freePortRange(len(dst.ListenAddrs()) + 2)
+	if err != nil {
+		return fail("ports", err)
+	}
+	ogAddr := "127.0.0.1:" + strconv.Itoa(port)
+	cfg := proxy.Config{
+		Listen:    ogAddr,
+		Bootstrap: dst.ListenAddrs(),
+		TLS: proxy.TLSConfig{Listener: &ogtls.ServerConfig{CertFile: certs.Server.CertFile, KeyFile: certs.Server.KeyFile,
+			ClientCAFile: certs.CA.CertFile, ClientAuth: "request"}},
+		Mirroring: rules.MirroringConfig{Clients: []rules.ClientConfig{{Name: "demo-mirror", TLSSAN: "URI:spiffe://demo/mirror", Topics: []string{"demo-*"}}}},
+	}
+	srv, err := proxy.New(cfg, zap.NewNop())
+	if err != nil {
+		return fail("offsetgate", err)
+	}
+	sctx, stopServer := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Run(sctx) }()
+	defer func() { stopServer(); <-served }()
+	select {
+	case <-srv.Ready():
+	case err := <-served:
+		return fail("offsetgate", err)
+	}
+	say("offsetgate listening on %s in front of the destination (TLS; the mirror proves its identity with a client certificate)", ogAddr)
+	tlsFor := func(kp *testcerts.KeyPair) kgo.Opt { return kgo.DialTLSConfig(certs.ClientTLS(kp)) }
+
+	// A producer writes to the source all along.
+	var produced atomic.Int64
+	pctx, stopProducer := context.WithCancel(ctx)
+	defer stopProducer()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(src.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(20*time.Millisecond))
+	if err != nil {
+		return fail("producer", err)
+	}
+	defer prod.Close()
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		for i := 0; pctx.Err() == nil; i++ {
+			r := &kgo.Record{Key: []byte("order-" + strconv.Itoa(rand.IntN(50))), Value: []byte(fmt.Sprintf(`{"order":%d}`, i))}
+			prod.Produce(pctx, r, func(_ *kgo.Record, err error) {
+				if err == nil {
+					produced.Add(1)
+				}
+			})
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	// The billing consumer group starts on the source.
+	seen := map[string]int{}
+	var seenMu sync.Mutex
+	consume := func(cctx context.Context, where string, opts ...kgo.Opt) (int, map[int32]int64, error) {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit()}, opts...)...)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer cl.Close()
+		n := 0
+		first := map[int32]int64{}
+		for cctx.Err() == nil {
+			fs := cl.PollFetches(cctx)
+			for _, r := range fs.Records() {
+				k := fmt.Sprintf("%d/%d", r.Partition, r.Offset)
+				seenMu.Lock()
+				seen[k]++
+				seenMu.Unlock()
+				if _, ok := first[r.Partition]; !ok {
+					first[r.Partition] = r.Offset
+				}
+				n++
+			}
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				return n, first, fmt.Errorf("commit on %s: %w", where, err)
+			}
+		}
+		return n, first, nil
+	}
+	cctx, stopConsumer := context.WithTimeout(ctx, *phase)
+	n, _, err := consume(cctx, "source", kgo.SeedBrokers(src.ListenAddrs()...))
+	stopConsumer()
+	if err != nil {
+		return fail("billing group on the source", err)
+	}
+	say("billing group consumed %d records on the source, committed, and stopped", n)
+
+	// The mirror follows the source and copies the group's offsets.
+	mctx, stopMirror := context.WithCancel(ctx)
+	defer stopMirror()
+	mdone := make(chan error, 1)
+	go func() {
+		_, err := mirror.Follow(mctx, mirror.Config{Source: src.ListenAddrs(), Proxy: []string{ogAddr}, ProxyTLS: certs.ClientTLS(mirrorID),
+			Topics: []string{topic}, ReplicationFactor: 2, Groups: regexp.MustCompile("^" + group + "$"), GroupInterval: 500 * time.Millisecond,
+			Progress: prefixed{stdout, "[mirror] "}, ProgressEvery: *phase})
+		mdone <- err
+	}()
+	sadm := kadm.NewClient(clientOrNil(src.ListenAddrs()))
+	dadm := kadm.NewClient(clientOrNil(dst.ListenAddrs()))
+	defer sadm.Close()
+	defer dadm.Close()
+	moveStart := time.Now()
+	var committed kadm.OffsetResponses
+	for {
+		so, err1 := sadm.FetchOffsets(ctx, group)
+		do, err2 := dadm.FetchOffsets(ctx, group)
+		if err1 == nil && err2 == nil && len(so) > 0 && fmt.Sprint(offsetsOf(so)) == fmt.Sprint(offsetsOf(do)) {
+			committed = so
+			break
+		}
+		if ctx.Err() != nil || time.Since(moveStart) > time.Minute {
+			stopMirror()
+			return fail("copying the group's offsets", fmt.Errorf("not copied after %v", time.Since(moveStart)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	say("the mirror copied the group's committed offsets to the destination in %v: %v", time.Since(moveStart).Round(time.Millisecond), offsetsOf(committed))
+
+	// The group starts again, against offsetgate, and carries on.
+	cctx, stopConsumer = context.WithTimeout(ctx, *phase)
+	n, first, err := consume(cctx, "offsetgate", kgo.SeedBrokers(ogAddr), tlsFor(nil))
+	stopConsumer()
+	if err != nil {
+		return fail("billing group through offsetgate", err)
+	}
+	say("billing group consumed %d records through offsetgate; first offsets read %v", n, first)
+	exact := true
+	committed.Each(func(o kadm.OffsetResponse) {
+		if f, ok := first[o.Partition]; ok && f != o.At {
+			exact = false
+			say("partition %d resumed at %d, committed %d", o.Partition, f, o.At)
+		}
+	})
+	if exact {
+		say("every partition resumed exactly at its committed offset: nothing skipped, nothing repeated")
+	}
+
+	// Stop producing, let the mirror catch up, and compare.
+	stopProducer()
+	pwg.Wait()
+	_ = prod.Flush(ctx)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		se, _ := sadm.ListEndOffsets(ctx, topic)
+		de, _ := dadm.ListEndOffsets(ctx, topic)
+		if fmt.Sprint(endsOf(se)) == fmt.Sprint(endsOf(de)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			stopMirror()
+			return fail("catching up", fmt.Errorf("source %v, destination %v", endsOf(se), endsOf(de)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopMirror()
+	if err := <-mdone; err != nil {
+		return fail("mirror", err)
+	}
+	diff, total, err := compare(ctx, src.ListenAddrs(), dst.ListenAddrs(), topic)
+	if err != nil {
+		return fail("comparing", err)
+	}
+	if diff != "" {
+		say("MISMATCH: %s", diff)
 		return 1
 	}
-	defer cl.Close()
-	rs := make([]*kgo.Record, 0, *records)
-	for i := 0; i < *records; i++ {
-		rs = append(rs, &kgo.Record{Key: []byte("order-" + strconv.Itoa(i%50)), Value: []byte(fmt.Sprintf(`{"order":%d}`, i))})
+	repeated := 0
+	for _, c := range seen {
+		if c > 1 {
+			repeated++
+		}
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = cl.ProduceSync(pctx, rs...).FirstErr()
-	cancel()
-	if err != nil {
-		fmt.Fprintln(stderr, "offsetgate demo: seeding the source:", err)
-		return 1
-	}
-
-	fmt.Fprintf(stdout, "source cluster (embedded):      %v  topic demo-orders, 3 partitions, %d records\n", src.ListenAddrs(), *records)
-	fmt.Fprintf(stdout, "destination cluster (embedded): %v\n", dst.ListenAddrs())
-	fmt.Fprintf(stdout, "try: kcat -C -b %s -t demo-orders -e\n", src.ListenAddrs()[0])
-	fmt.Fprintln(stdout, "press Ctrl-C to stop")
-	<-ctx.Done()
-	fmt.Fprintln(stdout, "demo stopped")
+	say("verified: %d records (produced %d) are at the same offsets with the same keys and values on source and destination", total, produced.Load())
+	say("billing processed %d distinct records, %d of them more than once", len(seen), repeated)
 	return 0
+}
+
+type prefixed struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixed) Write(b []byte) (int, error) {
+	if _, err := p.w.Write(append([]byte(p.prefix), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func clientOrNil(addrs []string) *kgo.Client {
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	return cl
+}
+
+func offsetsOf(o kadm.OffsetResponses) map[int32]int64 {
+	out := map[int32]int64{}
+	o.Each(func(r kadm.OffsetResponse) { out[r.Partition] = r.At })
+	return out
+}
+
+func endsOf(o kadm.ListedOffsets) map[int32]int64 {
+	out := map[int32]int64{}
+	o.Each(func(r kadm.ListedOffset) { out[r.Partition] = r.Offset })
+	return out
+}
+
+// compare reads a topic from both clusters and reports the first difference.
+func compare(ctx context.Context, a, b []string, topic string) (string, int, error) {
+	read := func(addrs []string) (map[int32][]*kgo.Record, error) {
+		adm := kadm.NewClient(clientOrNil(addrs))
+		defer adm.Close()
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		want := 0
+		ends.Each(func(o kadm.ListedOffset) { want += int(o.Offset) })
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			return nil, err
+		}
+		defer cl.Close()
+		out := map[int32][]*kgo.Record{}
+		got := 0
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		for got < want && rctx.Err() == nil {
+			for _, r := range cl.PollFetches(rctx).Records() {
+				out[r.Partition] = append(out[r.Partition], r)
+				got++
+			}
+		}
+		return out, rctx.Err()
+	}
+	sa, err := read(a)
+	if err != nil {
+		return "", 0, err
+	}
+	sb, err := read(b)
+	if err != nil {
+		return "", 0, err
+	}
+	total := 0
+	parts := make([]int32, 0, len(sa))
+	for p := range sa {
+		parts = append(parts, p)
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+	for _, p := range parts {
+		ra, rb := sa[p], sb[p]
+		if len(ra) != len(rb) {
+			return fmt.Sprintf("partition %d: %d records on the source, %d on the destination", p, len(ra), len(rb)), total, nil
+		}
+		for i := range ra {
+			if ra[i].Offset != rb[i].Offset || string(ra[i].Key) != string(rb[i].Key) || string(ra[i].Value) != string(rb[i].Value) {
+				return fmt.Sprintf("partition %d record %d: source offset %d, destination offset %d", p, i, ra[i].Offset, rb[i].Offset), total, nil
+			}
+			total++
+		}
+	}
+	return "", total, nil
+}
+
+// freePortRange finds a port p with p..p+n-1 free on loopback (offsetgate's bootstrap port and
+// its broker ports p+1+id).
+func freePortRange(n int) (int, error) {
+	for i := 0; i < 100; i++ {
+		p := 20000 + rand.IntN(30000)
+		ok := true
+		for q := p; q < p+n+1; q++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free ports")
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"offsetgate/proxy"
 )
@@ -64,5 +65,21 @@ func TestExampleConfig(t *testing.T) {
 	c.Defaults()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The demo runs the whole journey on embedded clusters and ends with a verified comparison.
+func TestDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := dispatch(ctx, []string{"demo", "--phase", "1s"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"resumed exactly at its committed offset", "verified:", "0 of them more than once"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
