@@ -252,10 +252,16 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	return c, nil
 }
 
+// newClusterID makes a random cluster id. Like Kafka's Uuid.randomUuid it never starts with
+// '-': the storage tool's argument parser would take such an id for an option.
 func newClusterID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
+	}
 }
 
 func freePorts(n int) ([]int, error) {
