@@ -178,7 +178,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		return err
 	}
-	if cfg.follow && cfg.Groups != nil {
+	if cfg.follow {
 		interval := cfg.GroupInterval
 		if interval <= 0 {
 			interval = 5 * time.Second
@@ -196,6 +196,18 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 				case <-t.C:
 					if err := copyGroups(ctx); err != nil && ctx.Err() == nil && cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
+					}
+					// The source's retention moves its log start: the mirror's follows.
+					moved, err := FollowLogStart(ctx, src, px, cfg.Topics)
+					if cfg.Progress != nil && ctx.Err() == nil {
+						if err != nil {
+							fmt.Fprintf(cfg.Progress, "following the source's log start: %v\n", err)
+						}
+						for topic, ps := range moved {
+							for p, at := range ps {
+								fmt.Fprintf(cfg.Progress, "%s[%d]: log start moved to %d, as on the source\n", topic, p, at)
+							}
+						}
 					}
 				}
 			}

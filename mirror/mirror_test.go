@@ -376,7 +376,9 @@ func TestMirrorFollow(t *testing.T) {
 	produceSource(ctx, t, s, topic, 200)
 	fctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { _, err := mirror.Follow(fctx, e.mirrorConfig(topic)); done <- err }()
+	fcfg := e.mirrorConfig(topic)
+	fcfg.GroupInterval = 300 * time.Millisecond
+	go func() { _, err := mirror.Follow(fctx, fcfg); done <- err }()
 	for round := 0; round < 3; round++ {
 		produceSource(ctx, t, s, topic, 150)
 		time.Sleep(300 * time.Millisecond)
@@ -388,13 +390,26 @@ func TestMirrorFollow(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// Retention (here DeleteRecords) on the source moves the mirror's log start too.
+	sadm, _ := s.Admin()
+	defer sadm.Close()
+	if _, err := sadm.DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for count(ctx, t, e.pair.Dest, topic)[0][0] != 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the destination's log start stayed at %d after the source's moved to 100", count(ctx, t, e.pair.Dest, topic)[0][0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("stopping the following mirror: %v", err)
 	}
 	for p, se := range count(ctx, t, s, topic) {
-		want := readAll(ctx, t, s, topic, p, int(se[1]))
-		got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]))
+		want := readAll(ctx, t, s, topic, p, int(se[1]-se[0]))
+		got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]-se[0]))
 		for i := range want {
 			if want[i] != got[i] {
 				t.Fatalf("%s[%d] record %d differs", topic, p, i)

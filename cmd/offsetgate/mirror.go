@@ -37,7 +37,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
 	parallel := fs.Int("parallel", 4, "partitions mirrored at once")
 	groups := fs.String("groups", "", "copy the committed offsets of source consumer groups matching this regular expression")
-	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied while following")
+	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied and the source's log start is followed, while following")
 	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
 	caFile := fs.String("tls-ca", "", "CA bundle to verify offsetgate's certificate (turns TLS on)")
 	certFile := fs.String("tls-cert", "", "client certificate for offsetgate (mTLS identity)")
