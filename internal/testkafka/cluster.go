@@ -314,6 +314,9 @@ func nodeConfig(n *Node, ctrlPort int, o Options, sec *secureSetup) string {
 		{"log.cleaner.threads", "1"},
 		{"log.cleaner.dedupe.buffer.size", "8388608"},
 		{"log.cleaner.backoff.ms", "1000"},
+		// Tests write records with old timestamps (mirrors carry the source's); time-based
+		// retention would delete them at the broker's next check, at a random point of a run.
+		{"log.retention.ms", "-1"},
 		{"replica.lag.time.max.ms", "10000"},
 		{"controlled.shutdown.enable", "true"},
 	}
