@@ -110,15 +110,7 @@ func createTopicsRequest(s *Session, r *request) error {
 			r.answer = createTopicsAnswer(corr, version, kmsg.CreateTopicsResponse{Version: version}, refused)
 			return nil
 		}
-		r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-		r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {
-			resp := kmsg.CreateTopicsResponse{Version: v}
-			if err := resp.ReadFrom(body); err != nil {
-				return nil, false, err
-			}
-			spliceCreateTopics(&resp, refused)
-			return resp.AppendTo(nil), true, nil
-		}
+		forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.CreateTopicsResponse) { spliceCreateTopics(resp, refused) })
 		return nil
 	}
 	who := s.ident.String()

@@ -68,20 +68,12 @@ func deleteRecordsRequest(s *Session, r *request) error {
 	}
 	req.Topics = keep
 	if len(keep) == 0 {
-		resp := kmsg.DeleteRecordsResponse{Version: r.h.version}
+		var resp kmsg.DeleteRecordsResponse
 		spliceDeleteRecords(&resp, refused)
-		r.answer = responseFrame(r.h.corr, flexibleRequest(21, r.h.version), resp.AppendTo(nil))
+		r.answerWith(&resp)
 		return nil
 	}
-	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
-		resp := kmsg.DeleteRecordsResponse{Version: v}
-		if err := resp.ReadFrom(body); err != nil {
-			return nil, false, err
-		}
-		spliceDeleteRecords(&resp, refused)
-		return resp.AppendTo(nil), true, nil
-	}
+	forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.DeleteRecordsResponse) { spliceDeleteRecords(resp, refused) })
 	return nil
 }
 

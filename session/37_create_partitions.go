@@ -54,19 +54,11 @@ func createPartitionsRequest(s *Session, r *request) error {
 		}
 	}
 	if len(keep) == 0 {
-		resp := kmsg.CreatePartitionsResponse{Version: r.h.version}
+		var resp kmsg.CreatePartitionsResponse
 		splice(&resp)
-		r.answer = responseFrame(r.h.corr, flexibleRequest(37, r.h.version), resp.AppendTo(nil))
+		r.answerWith(&resp)
 		return nil
 	}
-	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
-		resp := kmsg.CreatePartitionsResponse{Version: v}
-		if err := resp.ReadFrom(body); err != nil {
-			return nil, false, err
-		}
-		splice(&resp)
-		return resp.AppendTo(nil), true, nil
-	}
+	forwardSpliced(s, r, req.AppendTo(nil), splice)
 	return nil
 }

@@ -163,15 +163,7 @@ func incrementalAlterConfigsRequest(s *Session, r *request) error {
 			r.answer = responseFrame(corr, flexibleRequest(44, version), resp.AppendTo(nil))
 			return
 		}
-		r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-		r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
-			resp := kmsg.IncrementalAlterConfigsResponse{Version: v}
-			if err := resp.ReadFrom(body); err != nil {
-				return nil, false, err
-			}
-			spliceIncremental(&resp, all)
-			return resp.AppendTo(nil), true, nil
-		}
+		forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.IncrementalAlterConfigsResponse) { spliceIncremental(resp, all) })
 	}
 	if len(promote) == 0 {
 		finish(s, r, nil)
@@ -286,20 +278,12 @@ func alterConfigsRequest(s *Session, r *request) error {
 	}
 	req.Resources = keep
 	if len(keep) == 0 {
-		resp := kmsg.AlterConfigsResponse{Version: r.h.version}
+		var resp kmsg.AlterConfigsResponse
 		spliceAlter(&resp, refused)
-		r.answer = responseFrame(r.h.corr, flexibleRequest(33, r.h.version), resp.AppendTo(nil))
+		r.answerWith(&resp)
 		return nil
 	}
-	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
-		resp := kmsg.AlterConfigsResponse{Version: v}
-		if err := resp.ReadFrom(body); err != nil {
-			return nil, false, err
-		}
-		spliceAlter(&resp, refused)
-		return resp.AppendTo(nil), true, nil
-	}
+	forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.AlterConfigsResponse) { spliceAlter(resp, refused) })
 	return nil
 }
 

@@ -2,6 +2,8 @@ package session
 
 import (
 	"encoding/binary"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // rewriteFunc rewrites a response body. It returns changed=false (and no body) when the
@@ -82,4 +84,28 @@ func (s *Session) endpoint(node int32, host *string, port *int32) {
 		return
 	}
 	*host, *port = s.cfg.Addresses.Broker(node, *host, *port)
+}
+
+// forwardSpliced forwards the kept part of a request (its new body) and splices offsetgate's
+// own answers into the broker's response.
+func forwardSpliced[T any, P interface {
+	*T
+	kmsg.Response
+}](s *Session, r *request, body []byte, splice func(P)) {
+	r.replace = rebuild(r.frame, r.h, body, s.cfg.Policy().Native())
+	r.onResp = func(_ *Session, v int16, b []byte) ([]byte, bool, error) {
+		resp := P(new(T))
+		resp.SetVersion(v)
+		if err := resp.ReadFrom(b); err != nil {
+			return nil, false, err
+		}
+		splice(resp)
+		return resp.AppendTo(nil), true, nil
+	}
+}
+
+// answerWith answers a request with a response offsetgate built (at the request's version).
+func (r *request) answerWith(resp kmsg.Response) {
+	resp.SetVersion(r.h.version)
+	r.answer = responseFrame(r.h.corr, flexibleRequest(r.h.key, r.h.version), resp.AppendTo(nil))
 }
