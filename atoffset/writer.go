@@ -61,6 +61,9 @@ type Config struct {
 	// and SASL) for pipelined writes: up to five batches of a partition in flight at once, the
 	// idempotent producer's limit for ordered retries. Without it, batches go one at a time.
 	Dial func(ctx context.Context, addr string) (*wire.Conn, error)
+	// OnEntries, when set, hears every batch of entries once it is in the ledger, so the
+	// source view of this process follows without reading them back.
+	OnEntries func(id catalog.TopicID, partition int32, es []ledger.Entry)
 }
 
 // pipelineDepth is how many batches of one partition are in flight at once.
@@ -437,6 +440,9 @@ func (w *Writer) write(ctx context.Context, p *part, t catalog.Topic, partition 
 			}
 		}
 		p.segments, p.next, p.dnext, p.seq, p.epoch = segments, next, dnext, seq, epoch
+		if w.cfg.OnEntries != nil {
+			w.cfg.OnEntries(p.tid, partition, newEntries)
+		}
 	}
 
 	// Data, in order, one batch per Produce request (what a stock broker takes): pipelined

@@ -161,3 +161,36 @@ func Filler(n int, ts int64, p Producer) []byte {
 	binary.BigEndian.PutUint32(out[17:], CRC(out))
 	return out
 }
+
+// Source is what the ledger kept of a source batch's header: the fields the destination
+// holds differently.
+type Source struct {
+	BaseOffset    int64
+	LeaderEpoch   int32
+	Attributes    int16
+	MaxTimestamp  int64
+	ProducerID    int64
+	ProducerEpoch int16
+	BaseSequence  int32
+	CRC           uint32
+	Length        int32
+}
+
+// Restore rewrites, in place, a batch the destination holds into the source batch it stands
+// for. When the destination kept the batch as written (same length) the source CRC is put back
+// as it was, so a record the destination changed fails the consumer's CRC check instead of
+// being passed off as the source's; otherwise the CRC is computed afresh.
+func Restore(b []byte, s Source) {
+	binary.BigEndian.PutUint64(b[0:], uint64(s.BaseOffset))
+	binary.BigEndian.PutUint32(b[12:], uint32(s.LeaderEpoch))
+	binary.BigEndian.PutUint16(b[21:], uint16(s.Attributes))
+	binary.BigEndian.PutUint64(b[35:], uint64(s.MaxTimestamp))
+	binary.BigEndian.PutUint64(b[43:], uint64(s.ProducerID))
+	binary.BigEndian.PutUint16(b[51:], uint16(s.ProducerEpoch))
+	binary.BigEndian.PutUint32(b[53:], uint32(s.BaseSequence))
+	if int32(binary.BigEndian.Uint32(b[8:])) == s.Length {
+		binary.BigEndian.PutUint32(b[17:], s.CRC)
+	} else {
+		binary.BigEndian.PutUint32(b[17:], CRC(b))
+	}
+}

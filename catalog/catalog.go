@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -49,6 +50,7 @@ type Catalog struct {
 	byName map[string]TopicID
 	byID   map[TopicID]string
 	marks  map[TopicID]*rules.Mark
+	live   atomic.Int64 // live marks: read on every Fetch, so without the lock
 
 	ready chan struct{}
 }
@@ -154,6 +156,7 @@ func (c *Catalog) apply(r *kgo.Record) {
 	if r.Value == nil {
 		c.mu.Lock()
 		delete(c.marks, id)
+		c.count()
 		c.mu.Unlock()
 		return
 	}
@@ -167,8 +170,23 @@ func (c *Catalog) apply(r *kgo.Record) {
 	}
 	c.mu.Lock()
 	c.marks[id] = &m
+	c.count()
 	c.mu.Unlock()
 }
+
+// count recounts the live marks; the caller holds the write lock.
+func (c *Catalog) count() {
+	n := 0
+	for _, m := range c.marks {
+		if !m.Removed {
+			n++
+		}
+	}
+	c.live.Store(int64(n))
+}
+
+// HasMirrors reports whether any live mark exists. It takes no lock.
+func (c *Catalog) HasMirrors() bool { return c.live.Load() > 0 }
 
 func parseID(s string) (TopicID, error) {
 	var id TopicID
@@ -253,6 +271,19 @@ func (c *Catalog) Marks() []rules.Mark {
 	return out
 }
 
+// Mirrors lists the mirror topics whose names are known.
+func (c *Catalog) Mirrors() []Topic {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []Topic
+	for id, m := range c.marks {
+		if name, ok := c.byID[id]; ok && !m.Removed {
+			out = append(out, Topic{Name: name, ID: id, Mark: m})
+		}
+	}
+	return out
+}
+
 // Refresh asks the destination for the ids of these topics (all topics when names is empty).
 // It blocks.
 func (c *Catalog) Refresh(ctx context.Context, names []string) error {
@@ -292,6 +323,7 @@ func (c *Catalog) Store(ctx context.Context, id TopicID, m rules.Mark) error {
 	}
 	c.mu.Lock()
 	c.marks[id] = &m
+	c.count()
 	c.mu.Unlock()
 	return nil
 }

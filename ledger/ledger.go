@@ -81,10 +81,13 @@ func Topic(topicID string) string { return rules.OwnTopicPrefix + "ledger_" + to
 type Ledger struct {
 	cl   *kgo.Client
 	opts []kgo.Opt
+	dec  kgo.Decompressor
 }
 
 // New wraps offsetgate's own client (acks=all, no linger) and the options to make readers.
-func New(cl *kgo.Client, opts []kgo.Opt) *Ledger { return &Ledger{cl: cl, opts: opts} }
+func New(cl *kgo.Client, opts []kgo.Opt) *Ledger {
+	return &Ledger{cl: cl, opts: opts, dec: kgo.DefaultDecompressor()}
+}
 
 // Ensure creates the ledger topic of a mirror topic if it does not exist.
 func (l *Ledger) Ensure(ctx context.Context, topicID string, partitions int32) error {
@@ -131,62 +134,91 @@ func (l *Ledger) Append(ctx context.Context, topicID string, partition int32, es
 
 // Read returns every entry of a partition's ledger, in order.
 func (l *Ledger) Read(ctx context.Context, topicID string, partition int32) ([]Entry, error) {
+	es, _, err := l.ReadFrom(ctx, topicID, partition, 0)
+	return es, err
+}
+
+// ReadFrom returns the entries of a partition's ledger from ledger offset from up to its high
+// watermark, and the ledger offset to read from next time. It fetches raw batches from the
+// partition's leader with offsetgate's own client, so a reader that follows the tail costs one
+// small request, not a consumer client.
+func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, from int64) ([]Entry, int64, error) {
 	topic := Topic(topicID)
 	adm := kadm.NewClient(l.cl)
-	var end kadm.ListedOffset
-	// A ledger topic created a moment ago may not be known to every broker yet.
-	for attempt := 0; ; attempt++ {
-		ends, err := adm.ListEndOffsets(ctx, topic)
-		var ok bool
-		if err == nil {
-			end, ok = ends.Lookup(topic, partition)
-			if ok && end.Err == nil {
+	var out []Entry
+	var last error
+	for attempt := 0; attempt < 60; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, from, fmt.Errorf("ledger: reading %s[%d]: %w", topic, partition, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		// A ledger topic created a moment ago may not be known to every broker yet.
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			last = err
+			continue
+		}
+		mt, ok := md.Topics[topic]
+		if !ok || mt.Err != nil {
+			last = fmt.Errorf("metadata: %v", mt.Err)
+			continue
+		}
+		mp, ok := mt.Partitions[partition]
+		if !ok || mp.Err != nil || mp.Leader < 0 {
+			last = fmt.Errorf("no leader (%v)", mp.Err)
+			continue
+		}
+		for {
+			req := kmsg.NewPtrFetchRequest()
+			req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, 8<<20
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic, rt.TopicID = topic, mt.ID
+			rp := kmsg.NewFetchRequestTopicPartition()
+			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = partition, from, 8<<20, -1, -1
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			kr, err := l.cl.Broker(int(mp.Leader)).Request(ctx, req)
+			if err != nil {
+				last = err
 				break
 			}
-			err = end.Err
-		}
-		if attempt == 50 {
-			return nil, fmt.Errorf("ledger: end of %s[%d]: %v", topic, partition, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	if end.Offset == 0 {
-		return nil, nil
-	}
-	rd, err := kgo.NewClient(append(append([]kgo.Opt{}, l.opts...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()))...)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	var out []Entry
-	for {
-		fs := rd.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("ledger: reading %s[%d]: %w", topic, partition, ctx.Err())
-		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
-		if ferr != nil {
-			return nil, fmt.Errorf("ledger: reading %s[%d]: %w", topic, partition, ferr)
-		}
-		done := false
-		fs.EachRecord(func(r *kgo.Record) {
-			var e Entry
-			if err := json.Unmarshal(r.Value, &e); err == nil {
-				out = append(out, e)
+			resp := kr.(*kmsg.FetchResponse)
+			if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+				last = errors.New("malformed fetch response")
+				break
 			}
-			if r.Offset+1 >= end.Offset {
-				done = true
+			p := &resp.Topics[0].Partitions[0]
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				last = err
+				if errors.Is(err, kerr.OffsetOutOfRange) && from < p.LogStartOffset {
+					from = p.LogStartOffset // never happens to a ledger (no retention), but never loop on it
+				}
+				break
 			}
-		})
-		if done {
-			return out, nil
+			fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: from, Topic: topic, Partition: partition,
+				IsolationLevel: kgo.ReadUncommitted()}, p, l.dec, nil)
+			if fp.Err != nil {
+				last = fp.Err
+				break
+			}
+			for _, r := range fp.Records {
+				var e Entry
+				if err := json.Unmarshal(r.Value, &e); err == nil && e.V <= Version {
+					out = append(out, e)
+				}
+				from = r.Offset + 1
+			}
+			if from >= p.HighWatermark {
+				return out, from, nil
+			}
+			if len(fp.Records) == 0 {
+				last = fmt.Errorf("no progress at ledger offset %d (high watermark %d)", from, p.HighWatermark)
+				break
+			}
 		}
 	}
+	return nil, from, fmt.Errorf("ledger: reading %s[%d]: %v", topic, partition, last)
 }

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"offsetgate/atoffset"
+	"offsetgate/view"
 	"offsetgate/catalog"
 	"offsetgate/ledger"
 	"offsetgate/rules"
@@ -46,6 +47,7 @@ type Server struct {
 	policy  atomic.Pointer[rules.Policy]
 	catalog *catalog.Catalog
 	writer  *atoffset.Writer
+	view    *view.View
 
 	gnet     *gnetTransport
 	draining atomic.Bool
@@ -130,6 +132,7 @@ func (s *Server) sessionConfig(log *zap.Logger, mapped bool) session.Config {
 		Policy:          s.policy.Load,
 		Catalog:         s.sessionCatalog(),
 		Mirror:          s.sessionMirror(),
+		View:            s.sessionView(),
 	}
 }
 
@@ -185,8 +188,10 @@ func (s *Server) Run(ctx context.Context) error {
 		host, _ := os.Hostname()
 		instance = host + "/" + s.cfg.Listen
 	}
-	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance, Dial: s.dialOwn}, wcl, ledger.New(wcl, opts),
-		s.log.Named("atoffset"), atoffset.NewMetrics(s.reg))
+	led := ledger.New(wcl, opts)
+	s.view = view.New(led, wcl, s.log.Named("view"))
+	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance, Dial: s.dialOwn, OnEntries: s.view.Record},
+		wcl, led, s.log.Named("atoffset"), atoffset.NewMetrics(s.reg))
 	if s.cfg.Path != "" {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.watchConfig(runCtx) }()
@@ -275,6 +280,14 @@ func (s *Server) sessionMirror() session.Mirror {
 		return nil
 	}
 	return mirrorAdapter{s.writer}
+}
+
+// sessionView is the source view as sessions see it.
+func (s *Server) sessionView() session.View {
+	if s.view == nil {
+		return nil
+	}
+	return s.view
 }
 
 type mirrorAdapter struct{ w *atoffset.Writer }

@@ -2,20 +2,19 @@ package session
 
 // ListOffsets (key 2).
 //
-// Ordinary topics pass through. For a mirror topic the destination answers in its own offsets;
-// offsetgate translates each answer back to source offsets with the partition's shift table
-// (D = S - Delta per segment), so "latest" is the mirrored end and "earliest" the mirrored
-// log start, in the source's terms. A mirroring client learns where to resume from it. The
-// shift table may need the ledger (a partition not loaded by this process yet): that lookup
-// runs off the session's goroutine.
+// Ordinary topics pass through. For a mirror topic the destination answers in its own offsets
+// and epochs; offsetgate translates each answer to the source's with the partition's source
+// view: "latest" is the mirrored end (that is how a mirroring client resumes), "earliest" the
+// mirrored log start, a time lookup that lands on a filler gives the offset of the batch the
+// filler stands in front of (fillers carry its timestamp). The epoch is the presented one for
+// "latest" and the source epoch of the batch holding the offset otherwise. The client's current
+// leader epoch goes to D in D's terms. The view may need the ledger (a partition not loaded by
+// this process yet): that read runs off the session's goroutine.
 
 import (
-	"context"
-	"strings"
-
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"offsetgate/catalog"
+	"offsetgate/view"
 )
 
 var listOffsetsHandler = handler{request: listOffsetsRequest}
@@ -26,7 +25,7 @@ type shiftKey struct {
 }
 
 func listOffsetsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil || s.cfg.Mirror == nil {
+	if !s.mirrorsOn() {
 		return nil
 	}
 	req := kmsg.ListOffsetsRequest{Version: r.h.version}
@@ -40,75 +39,79 @@ func listOffsetsRequest(s *Session, r *request) error {
 	if !s.known(r, names, listOffsetsRequest) {
 		return nil
 	}
-	type want struct {
-		info      catalog.Topic
-		partition int32
-	}
-	var wants []want
+	var parts []mirrorPart
 	for _, t := range req.Topics {
+		if info := s.mark(t.Topic); info != nil {
+			for _, p := range t.Partitions {
+				parts = append(parts, mirrorPart{*info, p.Partition})
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	if !s.viewed(r, parts, nil, listOffsetsRequest) {
+		return nil
+	}
+	type asked struct {
+		pv        *view.Partition
+		base      int32
+		timestamp int64
+	}
+	asks := map[shiftKey]asked{}
+	for i := range req.Topics {
+		t := &req.Topics[i]
 		info := s.mark(t.Topic)
 		if info == nil {
 			continue
 		}
-		for _, p := range t.Partitions {
-			wants = append(wants, want{*info, p.Partition})
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			pv := s.partView(*info, p.Partition)
+			if pv == nil {
+				return errViewUnavailable(t.Topic, p.Partition)
+			}
+			base := pv.EpochBase()
+			asks[shiftKey{t.Topic, p.Partition}] = asked{pv, base, p.Timestamp}
+			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
 		}
 	}
-	if len(wants) == 0 {
-		return nil
-	}
-	m := s.cfg.Mirror
-	r.async = func(ctx context.Context) func(*Session, *request) {
-		shifts := map[shiftKey][][2]int64{}
-		var failed error
-		for _, w := range wants {
-			sh, err := m.Shift(ctx, w.info, w.partition)
-			if err != nil {
-				failed = err
-				continue
-			}
-			shifts[shiftKey{strings.Clone(w.info.Name), w.partition}] = sh
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
+		resp := kmsg.ListOffsetsResponse{Version: v}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
 		}
-		return func(s *Session, r *request) {
-			if failed != nil {
-				s.log.Warn("shift table lookup failed; answering in destination offsets")
-			}
-			r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
-				resp := kmsg.ListOffsetsResponse{Version: v}
-				if err := resp.ReadFrom(body); err != nil {
-					return nil, false, err
+		for i := range resp.Topics {
+			t := &resp.Topics[i]
+			for j := range t.Partitions {
+				p := &t.Partitions[j]
+				a, ok := asks[shiftKey{t.Topic, p.Partition}]
+				if !ok || p.ErrorCode != 0 {
+					continue
 				}
-				for i := range resp.Topics {
-					t := &resp.Topics[i]
-					for j := range t.Partitions {
-						p := &t.Partitions[j]
-						sh, ok := shifts[shiftKey{t.Topic, p.Partition}]
-						if !ok || p.ErrorCode != 0 {
-							continue
-						}
-						p.Offset = toSource(sh, p.Offset)
-						for k := range p.OldStyleOffsets {
-							p.OldStyleOffsets[k] = toSource(sh, p.OldStyleOffsets[k])
-						}
+				for k := range p.OldStyleOffsets {
+					p.OldStyleOffsets[k] = a.pv.ToSource(p.OldStyleOffsets[k])
+				}
+				switch {
+				case a.timestamp == -1: // latest: the mirrored end, at the presented epoch
+					if end := a.pv.ToSource(p.Offset); a.pv.End() >= 0 && end > a.pv.End() {
+						a.pv.Stale() // D holds more than the index knows
 					}
+					p.Offset = a.pv.ToSource(p.Offset)
+					if p.LeaderEpoch >= 0 {
+						p.LeaderEpoch += a.base
+					}
+				case a.timestamp >= 0 || a.timestamp == -3: // a record found by its timestamp
+					p.Offset = a.pv.ToSourceRecord(p.Offset)
+					p.LeaderEpoch = a.pv.EpochAt(p.Offset)
+				default: // earliest and the other log positions
+					p.Offset = a.pv.ToSource(p.Offset)
+					p.LeaderEpoch = a.pv.EpochAt(p.Offset)
 				}
-				return resp.AppendTo(nil), true, nil
 			}
 		}
+		return resp.AppendTo(nil), true, nil
 	}
 	return nil
-}
-
-// toSource maps a destination offset to the source's with a shift table.
-func toSource(segs [][2]int64, d int64) int64 {
-	if d < 0 || len(segs) == 0 {
-		return d
-	}
-	delta := segs[0][1]
-	for _, sg := range segs {
-		if sg[0]-sg[1] <= d {
-			delta = sg[1]
-		}
-	}
-	return d + delta
 }

@@ -5,10 +5,48 @@ package session
 // Every response lists the brokers with their addresses: each is replaced by the proxy
 // listener that stands for that node (and the real address is remembered, so the listener
 // knows where to connect). Node ids, racks, the cluster id and the controller id are kept.
+//
+// Mirror topics' partitions get the presented leader epoch (the highest source epoch mirrored
+// plus D's leader epoch: see package view), so the epochs a consumer learns here, in batches
+// and in ListOffsets form one space that only rises. Their source views are loaded before the
+// request is forwarded; a partition whose view is still missing when the answer comes
+// (a topic created in between) is answered LEADER_NOT_AVAILABLE, which clients retry.
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
 
-var metadataHandler = handler{response: rewriteMetadata}
+	"offsetgate/catalog"
+)
+
+var metadataHandler = handler{request: metadataRequest, response: rewriteMetadata}
+
+func metadataRequest(s *Session, r *request) error {
+	if !s.mirrorsOn() || r.viewed {
+		return nil
+	}
+	req := kmsg.MetadataRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	var topics []catalog.Topic
+	if req.Topics == nil || (r.h.version == 0 && len(req.Topics) == 0) {
+		topics = s.cfg.Catalog.Mirrors()
+	} else {
+		for _, t := range req.Topics {
+			var info *catalog.Topic
+			if t.Topic != nil {
+				info = s.mark(*t.Topic)
+			} else {
+				info = s.mirrorByID(t.TopicID)
+			}
+			if info != nil {
+				topics = append(topics, *info)
+			}
+		}
+	}
+	s.viewed(r, nil, topics, metadataRequest)
+	return nil
+}
 
 func rewriteMetadata(s *Session, version int16, body []byte) ([]byte, bool, error) {
 	resp := kmsg.MetadataResponse{Version: version}
@@ -24,6 +62,32 @@ func rewriteMetadata(s *Session, version int16, body []byte) ([]byte, bool, erro
 		for _, t := range resp.Topics {
 			if t.Topic != nil && t.ErrorCode == 0 {
 				s.cfg.Catalog.Observe(*t.Topic, t.TopicID)
+			}
+		}
+	}
+	if s.mirrorsOn() {
+		for i := range resp.Topics {
+			t := &resp.Topics[i]
+			if t.Topic == nil || t.ErrorCode != 0 {
+				continue
+			}
+			info := s.mark(*t.Topic)
+			if info == nil {
+				continue
+			}
+			for j := range t.Partitions {
+				p := &t.Partitions[j]
+				if p.ErrorCode != 0 {
+					continue
+				}
+				pv := s.partView(*info, p.Partition)
+				if pv == nil {
+					p.ErrorCode = 5 // LEADER_NOT_AVAILABLE: retried, and the view is loaded by then
+					continue
+				}
+				if p.LeaderEpoch >= 0 {
+					p.LeaderEpoch += pv.EpochBase()
+				}
 			}
 		}
 	}

@@ -205,3 +205,17 @@ func toDestination(segs [][2]int64, src int64) int64 {
 	}
 	return src - delta
 }
+
+// toSource maps a destination offset to the source's with a shift table.
+func toSource(segs [][2]int64, d int64) int64 {
+	if d < 0 || len(segs) == 0 {
+		return d
+	}
+	delta := segs[0][1]
+	for _, sg := range segs {
+		if sg[0]-sg[1] <= d {
+			delta = sg[1]
+		}
+	}
+	return d + delta
+}

@@ -30,6 +30,8 @@ func (fakeCatalog) ByID(id catalog.TopicID) (catalog.Topic, bool) {
 }
 func (fakeCatalog) Observe(string, catalog.TopicID)         {}
 func (fakeCatalog) Removed(catalog.TopicID) bool            { return false }
+func (fakeCatalog) Mirrors() []catalog.Topic                { return nil }
+func (fakeCatalog) HasMirrors() bool                        { return false }
 func (fakeCatalog) Refresh(context.Context, []string) error { return nil }
 func (fakeCatalog) Store(context.Context, catalog.TopicID, rules.Mark) error {
 	return nil

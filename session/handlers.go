@@ -33,6 +33,10 @@ func handlerFor(key int16) *handler {
 		return &listOffsetsHandler
 	case 3:
 		return &metadataHandler
+	case 8:
+		return &offsetCommitHandler
+	case 9:
+		return &offsetFetchHandler
 	case 10:
 		return &findCoordinatorHandler
 	case 17:
@@ -45,6 +49,10 @@ func handlerFor(key int16) *handler {
 		return &deleteTopicsHandler
 	case 21:
 		return &deleteRecordsHandler
+	case 23:
+		return &offsetForLeaderEpochHandler
+	case 28:
+		return &txnOffsetCommitHandler
 	case 32:
 		return &describeConfigsHandler
 	case 33:

@@ -22,6 +22,7 @@ import (
 
 	"offsetgate/catalog"
 	"offsetgate/rules"
+	"offsetgate/view"
 )
 
 // Conn is what a transport gives a session.
@@ -89,6 +90,18 @@ type Config struct {
 	// Mirror, when set, takes over admitted produce-at-offset partitions; without it they are
 	// forwarded as they came.
 	Mirror Mirror
+	// View, when set, gives consumers of mirror topics the source's offsets, epochs and
+	// batches; without it they see the destination's.
+	View View
+}
+
+// View is the source view of mirror partitions (package view). Get never blocks; Load and
+// LoadTopic read ledgers and run on asynchronous steps only.
+type View interface {
+	Get(id catalog.TopicID, partition int32) *view.Partition
+	Load(ctx context.Context, t catalog.Topic, partition int32) (*view.Partition, error)
+	LoadTopic(ctx context.Context, t catalog.Topic) error
+	TopicLoaded(id catalog.TopicID) bool
 }
 
 // Mirror is the produce-at-offset write path (package atoffset). Write blocks: the session
@@ -107,6 +120,10 @@ type Catalog interface {
 	ByID(id catalog.TopicID) (catalog.Topic, bool)
 	Observe(name string, id catalog.TopicID)
 	Removed(id catalog.TopicID) bool
+	// Mirrors lists the mirror topics whose names are known.
+	Mirrors() []catalog.Topic
+	// HasMirrors reports, without a lock, whether any mirror topic exists.
+	HasMirrors() bool
 	Refresh(ctx context.Context, names []string) error
 	Store(ctx context.Context, id catalog.TopicID, m rules.Mark) error
 	// Request sends a request of offsetgate's own to the destination (with its own rights).
@@ -291,6 +308,8 @@ type request struct {
 	async func(ctx context.Context) func(s *Session, r *request)
 	// resolved is for handlers that went async once and must not again.
 	resolved bool
+	// viewed: the source views the request needs were loaded (or could not be).
+	viewed bool
 }
 
 // request handles one client frame. It returns asIs when the frame goes upstream unchanged,

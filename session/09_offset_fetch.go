@@ -1,0 +1,104 @@
+package session
+
+// OffsetFetch (key 9): D's committed destination offsets go back to the client as source
+// offsets with the source epoch of the record before them (see commits.go). RequireStable and
+// the v8+ group batching pass unchanged.
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+)
+
+var offsetFetchHandler = handler{request: offsetFetchRequest}
+
+func offsetFetchRequest(s *Session, r *request) error {
+	if !s.mirrorsOn() {
+		return nil
+	}
+	req := kmsg.OffsetFetchRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	all := false
+	var names []string
+	var ids []catalog.TopicID
+	if r.h.version < 8 {
+		all = req.Topics == nil
+		for _, t := range req.Topics {
+			names = append(names, t.Topic)
+		}
+	} else {
+		for _, g := range req.Groups {
+			all = all || g.Topics == nil
+			for _, t := range g.Topics {
+				if t.Topic != "" {
+					names = append(names, t.Topic)
+				} else {
+					ids = append(ids, t.TopicID)
+				}
+			}
+		}
+	}
+	if !s.known(r, names, offsetFetchRequest) {
+		return nil
+	}
+	var topics []catalog.Topic
+	if all {
+		topics = s.cfg.Catalog.Mirrors()
+	}
+	for _, n := range names {
+		if info := s.mark(n); info != nil {
+			topics = append(topics, *info)
+		}
+	}
+	for _, id := range ids {
+		if info := s.mirrorByID(id); info != nil {
+			topics = append(topics, *info)
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	if !s.viewed(r, nil, topics, offsetFetchRequest) {
+		return nil
+	}
+	r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {
+		resp := kmsg.OffsetFetchResponse{Version: v}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
+		}
+		if v < 8 {
+			for i := range resp.Topics {
+				t := &resp.Topics[i]
+				info := s.mark(t.Topic)
+				if info == nil {
+					continue
+				}
+				for j := range t.Partitions {
+					p := &t.Partitions[j]
+					if pv := s.partView(*info, p.Partition); pv != nil && p.ErrorCode == 0 {
+						p.Offset, p.LeaderEpoch = committedToSource(pv, p.Offset)
+					}
+				}
+			}
+		}
+		for g := range resp.Groups {
+			for i := range resp.Groups[g].Topics {
+				t := &resp.Groups[g].Topics[i]
+				info := s.commitTopic(t.Topic, t.TopicID)
+				if info == nil {
+					continue
+				}
+				for j := range t.Partitions {
+					p := &t.Partitions[j]
+					if pv := s.partView(*info, p.Partition); pv != nil && p.ErrorCode == 0 {
+						p.Offset, p.LeaderEpoch = committedToSource(pv, p.Offset)
+					}
+				}
+			}
+		}
+		return resp.AppendTo(nil), true, nil
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package session
+
+// OffsetForLeaderEpoch (key 23).
+//
+// Consumers (KIP-320) ask where a leader epoch ends to detect log truncation after a leader
+// change. For a mirror partition the question is about source epochs, which D has never seen:
+// the request is forwarded (D checks leadership and the current epoch, translated to its own)
+// and each answer without error is replaced by the source's, from the ledger's per-batch
+// epochs: the largest source epoch at or below the one asked and the source offset where the
+// next one starts, or the mirrored end for the latest epoch and the presented ones above it.
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/view"
+)
+
+var offsetForLeaderEpochHandler = handler{request: offsetForLeaderEpochRequest}
+
+func offsetForLeaderEpochRequest(s *Session, r *request) error {
+	if !s.mirrorsOn() {
+		return nil
+	}
+	req := kmsg.OffsetForLeaderEpochRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	var names []string
+	for _, t := range req.Topics {
+		names = append(names, t.Topic)
+	}
+	if !s.known(r, names, offsetForLeaderEpochRequest) {
+		return nil
+	}
+	var parts []mirrorPart
+	for _, t := range req.Topics {
+		if info := s.mark(t.Topic); info != nil {
+			for _, p := range t.Partitions {
+				parts = append(parts, mirrorPart{*info, p.Partition})
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	if !s.viewed(r, parts, nil, offsetForLeaderEpochRequest) {
+		return nil
+	}
+	type asked struct {
+		pv    *view.Partition
+		epoch int32
+	}
+	asks := map[shiftKey]asked{}
+	for i := range req.Topics {
+		t := &req.Topics[i]
+		info := s.mark(t.Topic)
+		if info == nil {
+			continue
+		}
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			pv := s.partView(*info, p.Partition)
+			if pv == nil {
+				return errViewUnavailable(t.Topic, p.Partition)
+			}
+			asks[shiftKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch}
+			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, pv.EpochBase())
+		}
+	}
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
+		resp := kmsg.OffsetForLeaderEpochResponse{Version: v}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
+		}
+		for i := range resp.Topics {
+			t := &resp.Topics[i]
+			for j := range t.Partitions {
+				p := &t.Partitions[j]
+				a, ok := asks[shiftKey{t.Topic, p.Partition}]
+				if !ok || p.ErrorCode != 0 {
+					continue
+				}
+				p.LeaderEpoch, p.EndOffset = a.pv.EpochEnd(a.epoch)
+			}
+		}
+		return resp.AppendTo(nil), true, nil
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package session
+
+// TxnOffsetCommit (key 28): source offsets in, destination offsets to D (see commits.go). The
+// KIP-447 generation, member and group instance fields pass unchanged.
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+)
+
+var txnOffsetCommitHandler = handler{request: txnOffsetCommitRequest}
+
+func txnOffsetCommitRequest(s *Session, r *request) error {
+	if !s.mirrorsOn() {
+		return nil
+	}
+	req := kmsg.TxnOffsetCommitRequest{Version: r.h.version}
+	if err := req.ReadFrom(r.body); err != nil {
+		return nil
+	}
+	var names []string
+	for _, t := range req.Topics {
+		names = append(names, t.Topic)
+	}
+	if !s.known(r, names, txnOffsetCommitRequest) {
+		return nil
+	}
+	var topics []catalog.Topic
+	for _, t := range req.Topics {
+		if info := s.mark(t.Topic); info != nil {
+			topics = append(topics, *info)
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	if !s.viewed(r, nil, topics, txnOffsetCommitRequest) {
+		return nil
+	}
+	for i := range req.Topics {
+		t := &req.Topics[i]
+		info := s.mark(t.Topic)
+		if info == nil {
+			continue
+		}
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			pv := s.partView(*info, p.Partition)
+			if pv == nil {
+				return errViewUnavailable(info.Name, p.Partition)
+			}
+			p.Offset, p.LeaderEpoch = committedToDest(pv, p.Offset)
+		}
+	}
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+	return nil
+}

@@ -1,0 +1,109 @@
+package session
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"offsetgate/catalog"
+	"offsetgate/view"
+)
+
+// mirrorPart is one partition of a mirror topic that a request names.
+type mirrorPart struct {
+	t         catalog.Topic
+	partition int32
+}
+
+// mirrorsOn reports whether any mirror topic exists, so requests that could only matter for
+// mirror topics are not even decoded otherwise.
+func (s *Session) mirrorsOn() bool {
+	return s.cfg.View != nil && s.cfg.Catalog != nil && s.cfg.Catalog.HasMirrors()
+}
+
+// viewed reports whether the source views of these mirror partitions and whole topics are
+// loaded and fresh. When one is not, it arranges the loads on an asynchronous step, after
+// which handler runs again (then with whatever could be loaded), and the caller must return at
+// once.
+func (s *Session) viewed(r *request, parts []mirrorPart, topics []catalog.Topic, handler func(*Session, *request) error) bool {
+	if r.viewed || s.cfg.View == nil {
+		return true
+	}
+	v := s.cfg.View
+	var needP []mirrorPart
+	for _, p := range parts {
+		if pv := v.Get(p.t.ID, p.partition); pv == nil || pv.NeedsRefresh() {
+			needP = append(needP, p)
+		}
+	}
+	var needT []catalog.Topic
+	for _, t := range topics {
+		if !v.TopicLoaded(t.ID) {
+			needT = append(needT, t)
+		}
+	}
+	if len(needP) == 0 && len(needT) == 0 {
+		return true
+	}
+	r.async = func(ctx context.Context) func(*Session, *request) {
+		var failed error
+		for _, p := range needP {
+			if _, err := v.Load(ctx, p.t, p.partition); err != nil {
+				failed = err
+			}
+		}
+		for _, t := range needT {
+			if err := v.LoadTopic(ctx, t); err != nil {
+				failed = err
+			}
+		}
+		return func(s *Session, r *request) {
+			if failed != nil {
+				s.log.Warn("source view unavailable", zap.Error(failed))
+			}
+			r.viewed = true
+			_ = handler(s, r)
+		}
+	}
+	return false
+}
+
+// partView returns a loaded partition view, or nil.
+func (s *Session) partView(t catalog.Topic, partition int32) *view.Partition {
+	if s.cfg.View == nil {
+		return nil
+	}
+	return s.cfg.View.Get(t.ID, partition)
+}
+
+// toDestEpoch turns a leader epoch a client sends (in the presented space) into the
+// destination's. An epoch below the base is older than anything presented: it becomes -2,
+// which the destination fences as it would any stale epoch (-1 means "no check" and stays).
+func toDestEpoch(e, base int32) int32 {
+	if e < 0 {
+		return e
+	}
+	if d := e - base; d >= 0 {
+		return d
+	}
+	return -2
+}
+
+// mirrorTopicByID finds a mirror topic by id.
+func (s *Session) mirrorByID(id catalog.TopicID) *catalog.Topic {
+	if s.cfg.Catalog == nil {
+		return nil
+	}
+	t, ok := s.cfg.Catalog.ByID(id)
+	if !ok || t.Mark == nil {
+		return nil
+	}
+	return &t
+}
+
+// errViewUnavailable closes a connection whose request needs a source view that could not be
+// read: answering with the destination's offsets would be worse than a reconnect.
+func errViewUnavailable(topic string, partition int32) error {
+	return fmt.Errorf("source view of %s[%d] is unavailable (the ledger could not be read); closing so the client retries", topic, partition)
+}

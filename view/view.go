@@ -1,0 +1,394 @@
+// Package view is the source view of mirror partitions: what consumers that move from the
+// source to the destination through offsetgate must keep seeing. It indexes a partition's ledger
+// entries (batches and fillers) by destination offset and answers the read side's questions:
+// source offset ↔ destination offset, the source header fields of the batch at a destination
+// offset, the epochs to present, and where a source leader epoch ends.
+//
+// An index is built the first time a session meets the partition (off the event loops), kept
+// current by the writer of the same process, and refreshed from the ledger's tail when a
+// destination answer shows a batch it does not know yet.
+package view
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"offsetgate/catalog"
+	"offsetgate/ledger"
+)
+
+// Entry is one batch or filler of a mirror partition: source offsets [Src, Last] held at
+// destination offsets [D, D+Count).
+type Entry struct {
+	D      int64
+	Src    int64
+	Last   int64
+	Count  int32
+	Filler bool
+
+	// The source batch's header fields that differ on the destination (batches only).
+	Epoch  int32
+	CRC    uint32
+	Len    int32
+	Attrs  int16
+	MaxTS  int64
+	PID    int64
+	PEpoch int16
+	Seq    int32
+}
+
+// end is the destination offset after the entry.
+func (e *Entry) end() int64 { return e.D + int64(e.Count) }
+
+type epochStart struct {
+	epoch int32
+	src   int64
+}
+
+// Partition is one mirror partition's index. Readers (sessions, on event loops) take a read
+// lock for a few binary searches; the writer and refreshes append under the write lock.
+type Partition struct {
+	loadMu sync.Mutex // serializes loads and refreshes
+	loaded atomic.Bool
+	stale  atomic.Bool
+
+	mu         sync.RWMutex
+	entries    []Entry
+	epochs     []epochStart // where each source leader epoch starts, in order
+	ledgerNext int64        // next ledger offset to read
+}
+
+// Stale marks the index as behind the destination: the next request for the partition
+// refreshes it first.
+func (p *Partition) Stale() { p.stale.Store(true) }
+
+// NeedsRefresh reports whether the index was marked stale.
+func (p *Partition) NeedsRefresh() bool { return p.stale.Load() }
+
+// Loaded reports whether the index was read from the ledger.
+func (p *Partition) Loaded() bool { return p != nil && p.loaded.Load() }
+
+// add appends ledger entries the index does not hold yet (entries arrive in destination
+// order; ones already known, from the writer of this process or an earlier read, are skipped).
+func (p *Partition) add(es []ledger.Entry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, le := range es {
+		if le.Kind != ledger.KindBatch && le.Kind != ledger.KindFiller {
+			continue
+		}
+		if n := len(p.entries); n > 0 && le.D < p.entries[n-1].end() {
+			continue
+		}
+		e := Entry{D: le.D, Src: le.Src, Last: le.Last, Count: le.Count, Filler: le.Kind == ledger.KindFiller}
+		if !e.Filler {
+			e.Epoch, e.CRC, e.Len, e.Attrs, e.MaxTS = le.Epoch, le.CRC, le.Len, le.Attrs, le.MaxTS
+			e.PID, e.PEpoch, e.Seq = le.SrcPID, le.SrcPEpoch, le.SrcSeq
+			if n := len(p.epochs); n == 0 || e.Epoch > p.epochs[n-1].epoch {
+				p.epochs = append(p.epochs, epochStart{e.Epoch, e.Src})
+			}
+		}
+		p.entries = append(p.entries, e)
+	}
+}
+
+// Len is the number of entries indexed.
+func (p *Partition) Len() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.entries)
+}
+
+// At returns the entry whose destination base offset is d.
+func (p *Partition) At(d int64) (Entry, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	i := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].D >= d })
+	if i < len(p.entries) && p.entries[i].D == d {
+		return p.entries[i], true
+	}
+	return Entry{}, false
+}
+
+// EpochBase is the highest source leader epoch mirrored (0 when none): the presented leader
+// epoch of a partition is EpochBase + the destination's leader epoch, so it never goes below an
+// epoch already served in a batch and rises with every leader change on the destination.
+func (p *Partition) EpochBase() int32 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if n := len(p.epochs); n > 0 && p.epochs[n-1].epoch > 0 {
+		return p.epochs[n-1].epoch
+	}
+	return 0
+}
+
+// ToDest maps a source offset to the destination offset a read must start at. An offset in a
+// filled hole moves past the fillers (a consumer never gets a response of fillers only); one
+// in an unfilled hole between segments moves to the first offset after the hole; one beyond the
+// mirrored end keeps its distance from it (the destination answers OFFSET_OUT_OF_RANGE, as the
+// source would).
+func (p *Partition) ToDest(src int64) int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.toDest(src, true)
+}
+
+// CommitToDest maps a committed source offset to D's: like ToDest, but exact inside a filled
+// hole, so the offset reads back (ToSource) as it was committed.
+func (p *Partition) CommitToDest(src int64) int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if src < 0 {
+		return src
+	}
+	return p.toDest(src, false)
+}
+
+func (p *Partition) toDest(src int64, skipFiller bool) int64 {
+	es := p.entries
+	if len(es) == 0 {
+		return src
+	}
+	i := sort.Search(len(es), func(i int) bool { return es[i].Last >= src })
+	switch {
+	case i == len(es):
+		e := &es[len(es)-1]
+		return e.end() + (src - (e.Last + 1))
+	case src < es[i].Src && i == 0:
+		return es[0].D - (es[0].Src - src)
+	case src < es[i].Src:
+		return es[i].D
+	case es[i].Filler && skipFiller:
+		for i+1 < len(es) && es[i+1].Filler {
+			i++
+		}
+		return es[i].end()
+	}
+	return es[i].D + (src - es[i].Src)
+}
+
+// ToSource maps a destination offset (a high watermark, a log start, a committed offset) to
+// the source's. Past the end it keeps its distance from the mirrored end.
+func (p *Partition) ToSource(d int64) int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if d < 0 {
+		return d
+	}
+	return p.toSource(d, false)
+}
+
+// ToSourceRecord maps the destination offset of a record (a time lookup's answer) to the
+// source's; a filler record maps to the first offset after its hole, where the record the
+// filler stands in front of is.
+func (p *Partition) ToSourceRecord(d int64) int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if d < 0 {
+		return d
+	}
+	return p.toSource(d, true)
+}
+
+func (p *Partition) toSource(d int64, skipFiller bool) int64 {
+	es := p.entries
+	if len(es) == 0 {
+		return d
+	}
+	i := sort.Search(len(es), func(i int) bool { return es[i].end() > d })
+	switch {
+	case i == len(es):
+		e := &es[len(es)-1]
+		return e.Last + 1 + (d - e.end())
+	case d < es[i].D:
+		return es[i].Src - (es[i].D - d)
+	case skipFiller && es[i].Filler:
+		return es[i].Last + 1
+	}
+	return es[i].Src + (d - es[i].D)
+}
+
+// EpochAt is the source leader epoch of the last batch that starts at or before src (-1 when
+// none): the epoch of the record at src, or of the last record before a hole.
+func (p *Partition) EpochAt(src int64) int32 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	i := sort.Search(len(p.epochs), func(i int) bool { return p.epochs[i].src > src })
+	if i == 0 {
+		return -1
+	}
+	return p.epochs[i-1].epoch
+}
+
+// EpochEnd answers OffsetForLeaderEpoch in source terms: the largest source epoch at or
+// below epoch and the source offset where the next epoch starts, or the mirrored end for the
+// latest epoch (and for the presented epochs above it). (-1, -1) when epoch is below every
+// epoch mirrored.
+func (p *Partition) EpochEnd(epoch int32) (int32, int64) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	i := sort.Search(len(p.epochs), func(i int) bool { return p.epochs[i].epoch > epoch })
+	end := int64(0)
+	if n := len(p.entries); n > 0 {
+		end = p.entries[n-1].Last + 1
+	}
+	switch {
+	case len(p.epochs) == 0:
+		return epoch, end
+	case i == 0:
+		return -1, -1
+	case i == len(p.epochs):
+		return epoch, end
+	}
+	return p.epochs[i-1].epoch, p.epochs[i].src
+}
+
+// End is the mirrored end in source offsets (-1 when nothing is mirrored).
+func (p *Partition) End() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if n := len(p.entries); n > 0 {
+		return p.entries[n-1].Last + 1
+	}
+	return -1
+}
+
+type key struct {
+	id        catalog.TopicID
+	partition int32
+}
+
+// View holds the indexes of the mirror partitions this process has met.
+type View struct {
+	ledger *ledger.Ledger
+	cl     *kgo.Client
+	log    *zap.Logger
+
+	mu     sync.Mutex
+	parts  map[key]*Partition
+	topics map[catalog.TopicID]bool // topics loaded whole
+}
+
+// New makes a view that reads ledgers with offsetgate's own client.
+func New(l *ledger.Ledger, cl *kgo.Client, log *zap.Logger) *View {
+	return &View{ledger: l, cl: cl, log: log, parts: map[key]*Partition{}, topics: map[catalog.TopicID]bool{}}
+}
+
+func (v *View) part(id catalog.TopicID, partition int32) *Partition {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	k := key{id, partition}
+	p := v.parts[k]
+	if p == nil {
+		p = &Partition{}
+		v.parts[k] = p
+	}
+	return p
+}
+
+// Get returns a partition's index when it is loaded, else nil. It never blocks on I/O.
+func (v *View) Get(id catalog.TopicID, partition int32) *Partition {
+	v.mu.Lock()
+	p := v.parts[key{id, partition}]
+	v.mu.Unlock()
+	if p == nil || !p.loaded.Load() {
+		return nil
+	}
+	return p
+}
+
+// Load reads a partition's ledger the first time, and its tail when the index was marked
+// stale. It blocks: callers run it off the event loops.
+func (v *View) Load(ctx context.Context, t catalog.Topic, partition int32) (*Partition, error) {
+	p := v.part(t.ID, partition)
+	p.loadMu.Lock()
+	defer p.loadMu.Unlock()
+	if p.loaded.Load() && !p.stale.Load() {
+		return p, nil
+	}
+	p.stale.Store(false)
+	id := catalog.IDString(t.ID)
+	if !p.loaded.Load() {
+		count, err := v.partitions(ctx, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := v.ledger.Ensure(ctx, id, count); err != nil {
+			return nil, err
+		}
+	}
+	es, next, err := v.ledger.ReadFrom(ctx, id, partition, p.ledgerNext)
+	if err != nil {
+		p.stale.Store(true)
+		return nil, fmt.Errorf("source view of %s[%d]: %w", t.Name, partition, err)
+	}
+	p.add(es)
+	p.mu.Lock()
+	p.ledgerNext = next
+	p.mu.Unlock()
+	if !p.loaded.Swap(true) {
+		v.log.Info("source view loaded", zap.String("topic", t.Name), zap.Int32("partition", partition),
+			zap.Int("entries", p.Len()))
+	}
+	return p, nil
+}
+
+// LoadTopic loads every partition of a mirror topic.
+func (v *View) LoadTopic(ctx context.Context, t catalog.Topic) error {
+	count, err := v.partitions(ctx, t.Name)
+	if err != nil {
+		return err
+	}
+	for i := int32(0); i < count; i++ {
+		if _, err := v.Load(ctx, t, i); err != nil {
+			return err
+		}
+	}
+	v.mu.Lock()
+	v.topics[t.ID] = true
+	v.mu.Unlock()
+	return nil
+}
+
+// TopicLoaded reports whether every partition of a topic was loaded (by LoadTopic).
+func (v *View) TopicLoaded(id catalog.TopicID) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.topics[id]
+}
+
+// Record hears the ledger entries the writer of this process appended, so the index follows
+// without reading them back. Entries of a partition not loaded yet are left to its load.
+func (v *View) Record(id catalog.TopicID, partition int32, es []ledger.Entry) {
+	p := v.Get(id, partition)
+	if p == nil {
+		return
+	}
+	p.add(es)
+}
+
+func (v *View) partitions(ctx context.Context, topic string) (int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, mt)
+	resp, err := req.RequestWith(ctx, v.cl)
+	if err != nil {
+		return 0, fmt.Errorf("source view: metadata of %s: %w", topic, err)
+	}
+	if len(resp.Topics) != 1 {
+		return 0, fmt.Errorf("source view: metadata of %s: %d topics answered", topic, len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		return 0, fmt.Errorf("source view: metadata of %s: %w", topic, err)
+	}
+	return int32(len(resp.Topics[0].Partitions)), nil
+}

@@ -1,0 +1,113 @@
+package view
+
+import (
+	"testing"
+
+	"offsetgate/ledger"
+)
+
+// A partition mirrored from source offset 100 (Δ=100): batches [100,109] epoch 3 and
+// [110,119] epoch 5, a filled hole [120,129], a batch [130,139] epoch 5, then a large hole and
+// a new segment: batch [10000,10009] epoch 7 at D 40.
+func sample() *Partition {
+	p := &Partition{}
+	p.add([]ledger.Entry{
+		{Kind: ledger.KindSegment, Src: 100, Delta: 100},
+		{Kind: ledger.KindBatch, Src: 100, Last: 109, D: 0, Count: 10, Epoch: 3},
+		{Kind: ledger.KindBatch, Src: 110, Last: 119, D: 10, Count: 10, Epoch: 5},
+		{Kind: ledger.KindFiller, Src: 120, Last: 129, D: 20, Count: 10},
+		{Kind: ledger.KindBatch, Src: 130, Last: 139, D: 30, Count: 10, Epoch: 5},
+		{Kind: ledger.KindSegment, Src: 10000, Delta: 9960},
+		{Kind: ledger.KindBatch, Src: 10000, Last: 10009, D: 40, Count: 10, Epoch: 7},
+	})
+	p.loaded.Store(true)
+	return p
+}
+
+func TestTranslation(t *testing.T) {
+	p := sample()
+	for _, c := range []struct{ src, d int64 }{
+		{100, 0}, {105, 5}, {119, 19},
+		{120, 30}, {125, 30}, // in the filled hole: past the fillers
+		{130, 30}, {139, 39},
+		{140, 40}, {5000, 40}, // in the unfilled hole: the first offset after it
+		{10000, 40}, {10009, 49}, {10010, 50}, {10015, 55}, // past the end: keeps its distance
+		{99, -1}, // below the first entry
+	} {
+		if got := p.ToDest(c.src); got != c.d {
+			t.Errorf("ToDest(%d) = %d, want %d", c.src, got, c.d)
+		}
+	}
+	if got := p.CommitToDest(125); got != 25 {
+		t.Errorf("CommitToDest(125) = %d, want 25 (exact inside a filled hole)", got)
+	}
+	for _, c := range []struct{ d, src int64 }{
+		{0, 100}, {19, 119}, {25, 125}, {30, 130}, {40, 10000}, {50, 10010}, {52, 10012},
+	} {
+		if got := p.ToSource(c.d); got != c.src {
+			t.Errorf("ToSource(%d) = %d, want %d", c.d, got, c.src)
+		}
+	}
+	if got := p.ToSourceRecord(25); got != 130 {
+		t.Errorf("ToSourceRecord(25) = %d, want 130 (a filler record stands in front of 130)", got)
+	}
+	// Commit round trip is exact wherever a consumer can stand.
+	for _, src := range []int64{100, 110, 125, 130, 140, 10005, 10010} {
+		back := p.ToSource(p.CommitToDest(src))
+		want := src
+		if src == 140 {
+			want = 10000 // an unfilled hole reads back as the first offset after it
+		}
+		if back != want {
+			t.Errorf("commit %d reads back as %d, want %d", src, back, want)
+		}
+	}
+}
+
+func TestEpochs(t *testing.T) {
+	p := sample()
+	if got := p.EpochBase(); got != 7 {
+		t.Fatalf("EpochBase = %d, want 7", got)
+	}
+	for _, c := range []struct {
+		src   int64
+		epoch int32
+	}{{100, 3}, {109, 3}, {110, 5}, {125, 5}, {139, 5}, {5000, 5}, {10000, 7}, {99, -1}} {
+		if got := p.EpochAt(c.src); got != c.epoch {
+			t.Errorf("EpochAt(%d) = %d, want %d", c.src, got, c.epoch)
+		}
+	}
+	for _, c := range []struct {
+		asked, epoch int32
+		end          int64
+	}{
+		{3, 3, 110}, {4, 3, 110}, {5, 5, 10000}, {6, 5, 10000}, {7, 7, 10010},
+		{9, 9, 10010}, // a presented epoch above the source's: the mirrored end
+		{2, -1, -1},   // below every epoch
+	} {
+		e, end := p.EpochEnd(c.asked)
+		if e != c.epoch || end != c.end {
+			t.Errorf("EpochEnd(%d) = (%d, %d), want (%d, %d)", c.asked, e, end, c.epoch, c.end)
+		}
+	}
+}
+
+func TestAtAndDedup(t *testing.T) {
+	p := sample()
+	if e, ok := p.At(30); !ok || e.Src != 130 || e.Filler {
+		t.Fatalf("At(30) = %+v, %v", e, ok)
+	}
+	if e, ok := p.At(20); !ok || !e.Filler {
+		t.Fatalf("At(20) = %+v, %v: want the filler", e, ok)
+	}
+	if _, ok := p.At(31); ok {
+		t.Fatal("At(31): no batch starts there")
+	}
+	n := p.Len()
+	// The writer's entries and a later ledger read overlap: nothing is held twice.
+	p.add([]ledger.Entry{{Kind: ledger.KindBatch, Src: 130, Last: 139, D: 30, Count: 10, Epoch: 5},
+		{Kind: ledger.KindBatch, Src: 10010, Last: 10019, D: 50, Count: 10, Epoch: 7}})
+	if p.Len() != n+1 {
+		t.Fatalf("Len = %d after an overlapping add, want %d", p.Len(), n+1)
+	}
+}
