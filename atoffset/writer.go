@@ -226,6 +226,16 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			p.pending = append(p.pending, e)
 		}
 	}
+	if len(es) == 0 && hwm > 0 {
+		// A mirror partition with no ledger entry is one offsetgate never wrote: anything D
+		// holds there came from elsewhere, and mirroring after it would not be exact.
+		reason := fmt.Sprintf("the destination holds %d offsets that no ledger entry accounts for (a write that did not come through offsetgate?)", hwm)
+		p.halted = reason
+		w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
+		if err := w.ledger.Append(ctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}}); err != nil {
+			return err
+		}
+	}
 	if len(es) == 0 {
 		// A fresh mirror partition: D's end is where the first segment starts.
 		p.dnext = hwm

@@ -240,6 +240,11 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		return sum, err
 	}
 	if !cfg.follow {
+		// The mirror starts where the source's first batch starts, which may hold offsets
+		// below the source's log start: the mirror's log start is set to the source's.
+		if _, err := FollowLogStart(ctx, src, px, cfg.Topics); err != nil {
+			return sum, fmt.Errorf("following the source's log start: %w", err)
+		}
 		if err := copyGroups(ctx); err != nil {
 			return sum, err
 		}
