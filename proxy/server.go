@@ -26,12 +26,12 @@ import (
 	"go.uber.org/zap"
 
 	"offsetgate/atoffset"
-	"offsetgate/view"
 	"offsetgate/catalog"
 	"offsetgate/ledger"
 	"offsetgate/rules"
 	"offsetgate/session"
 	ogtls "offsetgate/tls"
+	"offsetgate/view"
 )
 
 // Server is a running offsetgate proxy.
