@@ -226,3 +226,121 @@ func TestSourceViewDense(t *testing.T) {
 		}
 	}
 }
+
+// Hand-built source batches with a filled hole, a large filled hole and an unfilled one (a
+// new segment): consumers through offsetgate see exactly the source's offsets and epochs and
+// never a filler, even with fetches so small that D's answer could hold fillers only; time
+// lookups, OffsetForLeaderEpoch and commits answer in source terms.
+func TestSourceViewHoles(t *testing.T) {
+	prefix := testkafka.Names(t, "sh")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	topic := prefix + "-t"
+	e.createMirrorTopic(ctx, topic, 1)
+	h := e.hand(topic)
+	ts := time.Date(2021, 5, 6, 7, 8, 9, 0, time.UTC).UnixMilli()
+	type sb struct {
+		base  int64
+		n     int
+		epoch int32
+		ts    int64
+	}
+	src := []sb{{0, 10, 3, ts}, {12, 10, 3, ts + 100}, {22, 5, 4, ts + 200}, {900, 5, 4, ts + 300}, {100000, 5, 5, ts + 400}}
+	for _, b := range src {
+		if p := h.send(ctx, 0, srcBatch(b.base, b.n, b.epoch, 0, b.ts)); p.ErrorCode != 0 {
+			t.Fatalf("batch at %d: %d %s", b.base, p.ErrorCode, msg(p))
+		}
+	}
+	var want []srec
+	for _, b := range src {
+		for i := 0; i < b.n; i++ {
+			o := b.base + int64(i)
+			want = append(want, srec{Offset: o, Epoch: b.epoch, Key: fmt.Sprintf("k%d", o), Value: fmt.Sprintf("v%d", o), Timestamp: b.ts + int64(i)})
+		}
+	}
+	px := e.plain(t)
+	// Fetches of a few hundred bytes: D's answers would often be fillers only.
+	got := consume(ctx, t, []string{px}, topic, 0, kgo.NewOffset().AtStart(), len(want), kgo.FetchMaxBytes(300), kgo.FetchMaxPartitionBytes(300))
+	sameRecords(t, "franz-go through offsetgate", got, want)
+	// From an offset inside the large filled hole: the next record is the source's next one.
+	if r := consume(ctx, t, []string{px}, topic, 0, kgo.NewOffset().At(500), 1); r[0].Offset != 900 {
+		t.Fatalf("from offset 500 (a filled hole) the first record is %d, want 900", r[0].Offset)
+	}
+	java, err := realclients.JavaConsume(ctx, px, topic, len(want), 60000, "")
+	if err != nil {
+		t.Fatalf("Java consumer through offsetgate: %v", err)
+	}
+	if len(java) != len(want) {
+		t.Fatalf("Java read %d records, want %d", len(java), len(want))
+	}
+	for i, r := range java {
+		if r.Offset != want[i].Offset || r.Epoch != want[i].Epoch || r.Key != want[i].Key {
+			t.Fatalf("Java record %d: %+v, want %+v", i, r, want[i])
+		}
+	}
+
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(px))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	padm := kadm.NewClient(pcl)
+	// A time lookup that lands on the fillers in front of 900 answers 900.
+	lo, err := padm.ListOffsetsAfterMilli(ctx, ts+300, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := lo.Lookup(topic, 0); o.Offset != 900 || o.LeaderEpoch != 4 {
+		t.Fatalf("offset for timestamp %d: %d (epoch %d), want 900 (epoch 4)", ts+300, o.Offset, o.LeaderEpoch)
+	}
+	// OffsetForLeaderEpoch in source epochs and offsets.
+	for _, c := range []struct {
+		epoch, wantEpoch int32
+		end              int64
+	}{{3, 3, 22}, {4, 4, 100000}, {5, 5, 100005}} {
+		r, err := padm.OffsetForLeaderEpoch(ctx, kadm.OffsetForLeaderEpochRequest{topic: {0: c.epoch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := r[topic][0]
+		if got.Err != nil || got.LeaderEpoch != c.wantEpoch || got.EndOffset != c.end {
+			t.Fatalf("OffsetForLeaderEpoch(%d) = (%d, %d, %v), want (%d, %d)", c.epoch, got.LeaderEpoch, got.EndOffset, got.Err, c.wantEpoch, c.end)
+		}
+	}
+	// Metadata presents an epoch no lower than any batch epoch served.
+	md, err := padm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if le := md.Topics[topic].Partitions[0].LeaderEpoch; le < 5 {
+		t.Fatalf("metadata leader epoch %d through offsetgate is below the source epoch 5 already served", le)
+	}
+	// Commits: source offsets for the client, D offsets on D; an offset in the unfilled hole
+	// comes back as the first offset after it.
+	group := prefix + "-g"
+	dadm, _ := e.pair.Dest.Admin()
+	defer dadm.Close()
+	for _, c := range []struct{ commit, back, onD int64 }{{50, 50, 50}, {5000, 100000, 905}, {100003, 100003, 908}} {
+		os := kadm.Offsets{}
+		os.Add(kadm.Offset{Topic: topic, Partition: 0, At: c.commit, LeaderEpoch: -1})
+		if _, err := padm.CommitOffsets(ctx, group, os); err != nil {
+			t.Fatal(err)
+		}
+		fo, err := padm.FetchOffsets(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := fo.Lookup(topic, 0)
+		if r.At != c.back {
+			t.Fatalf("committed %d, read back %d through offsetgate, want %d", c.commit, r.At, c.back)
+		}
+		do, err := dadm.FetchOffsets(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := do.Lookup(topic, 0); r.At != c.onD {
+			t.Fatalf("committed %d: D holds %d, want %d", c.commit, r.At, c.onD)
+		}
+	}
+}
