@@ -344,3 +344,216 @@ func TestSourceViewHoles(t *testing.T) {
 		}
 	}
 }
+
+// A consumer group moved to offsetgate commits source offsets and resumes exactly where it
+// stopped (franz-go, then the Java client, on a topic with a non-zero shift); D holds the
+// destination offsets; a transactional consume-process-produce loop (TxnOffsetCommit with its
+// KIP-447 fields) commits through offsetgate the same way.
+func TestSourceViewGroups(t *testing.T) {
+	prefix := testkafka.Names(t, "sg")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 700)
+	sadm, _ := s.Admin()
+	defer sadm.Close()
+	if _, err := sadm.DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 200}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mirror.Once(ctx, e.mirrorConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	b := count(ctx, t, s, topic)[0]
+	shift := b[1] - count(ctx, t, e.pair.Dest, topic)[0][1]
+	if shift == 0 {
+		t.Fatal("the test needs a non-zero shift")
+	}
+	n := int(b[1] - b[0])
+	want := consume(ctx, t, s.Addrs(), topic, 0, kgo.NewOffset().AtStart(), n)
+	px := e.plain(t)
+	dadm, _ := e.pair.Dest.Admin()
+	defer dadm.Close()
+
+	// franz-go: 120 records, commit, stop; then the rest.
+	group := prefix + "-franz"
+	var got []srec
+	read := func(max int) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(px), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.FetchMaxBytes(4000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for len(got) < max {
+			fs := cl.PollRecords(ctx, max-len(got))
+			if ctx.Err() != nil {
+				t.Fatal(ctx.Err())
+			}
+			for _, r := range fs.Records() {
+				got = append(got, srec{r.Offset, r.LeaderEpoch, string(r.Key), string(r.Value), "", 0})
+			}
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read(120)
+	do, err := dadm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := do.Lookup(topic, 0); r.At != got[len(got)-1].Offset+1-shift {
+		t.Fatalf("D holds committed offset %d, want the destination offset %d", r.At, got[len(got)-1].Offset+1-shift)
+	}
+	read(n)
+	for i := range want {
+		if got[i].Offset != want[i].Offset || got[i].Epoch != want[i].Epoch || got[i].Key != want[i].Key {
+			t.Fatalf("franz-go group record %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+
+	// The Java client: a first run commits what it read, a second one resumes after it.
+	jgroup := prefix + "-java"
+	first, err := realclients.JavaConsumeSlow(ctx, px, topic, 100, 60000, jgroup, 50, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := realclients.JavaConsume(ctx, px, topic, n-len(first), 60000, jgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(first, rest...)
+	if len(all) != n {
+		t.Fatalf("the Java group read %d records in two runs, want %d exactly once", len(all), n)
+	}
+	for i, r := range all {
+		if r.Offset != want[i].Offset || r.Epoch != want[i].Epoch || r.Key != want[i].Key {
+			t.Fatalf("Java group record %d: %+v, want %+v", i, r, want[i])
+		}
+	}
+
+	// Consume-process-produce in transactions: offsets committed with TxnOffsetCommit.
+	out := prefix + "-out"
+	if err := e.pair.Dest.CreateTopic(ctx, out, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	tgroup := prefix + "-txn"
+	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(px), kgo.ConsumerGroup(tgroup), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.TransactionalID(prefix+"-tx"), kgo.DefaultProduceTopic(out),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	done := 0
+	for done < 150 {
+		fs := sess.PollRecords(ctx, 150-done)
+		if ctx.Err() != nil {
+			t.Fatal(ctx.Err())
+		}
+		if err := sess.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range fs.Records() {
+			sess.Produce(ctx, &kgo.Record{Value: r.Value}, nil)
+		}
+		done += len(fs.Records())
+		if _, err := sess.End(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pcl, _ := kgo.NewClient(kgo.SeedBrokers(px))
+	defer pcl.Close()
+	fo, err := kadm.NewClient(pcl).FetchOffsets(ctx, tgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := fo.Lookup(topic, 0)
+	if r.At != want[done-1].Offset+1 || r.LeaderEpoch != want[done-1].Epoch {
+		t.Fatalf("transactional group committed %d (epoch %d) through offsetgate, want %d (epoch %d)", r.At, r.LeaderEpoch, want[done-1].Offset+1, want[done-1].Epoch)
+	}
+	do, err = dadm.FetchOffsets(ctx, tgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := do.Lookup(topic, 0); r.At != want[done-1].Offset+1-shift {
+		t.Fatalf("transactional group: D holds %d, want %d", r.At, want[done-1].Offset+1-shift)
+	}
+}
+
+// The Java consumer keeps consuming exactly across a leader move on D: the presented epoch
+// rises, its OffsetForLeaderEpoch validation passes, and it neither skips nor repeats.
+func TestSourceViewLeaderMoveOnD(t *testing.T) {
+	prefix := testkafka.Names(t, "sl")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 400)
+	if _, err := mirror.Once(ctx, e.mirrorConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	px := e.plain(t)
+	pcl, _ := kgo.NewClient(kgo.SeedBrokers(px))
+	defer pcl.Close()
+	epochOf := func() int32 {
+		md, err := kadm.NewClient(pcl).Metadata(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return md.Topics[topic].Partitions[0].LeaderEpoch
+	}
+	before := epochOf()
+	total := 600
+	type result struct {
+		recs []realclients.Record
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		r, err := realclients.JavaConsumeSlow(ctx, px, topic, total, 120000, "", 10, 150)
+		res <- result{r, err}
+	}()
+	time.Sleep(4 * time.Second)
+	leader, _, err := e.pair.Dest.Leader(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pair.Dest.MoveLeader(ctx, topic, 0, 3-leader); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, total-400)
+	if _, err := mirror.Once(ctx, e.mirrorConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-res:
+	case <-ctx.Done():
+		t.Fatal("the Java consumer did not finish")
+	}
+	if r.err != nil {
+		t.Fatalf("Java consumer across a leader move on D: %v", r.err)
+	}
+	if after := epochOf(); after <= before {
+		t.Fatalf("presented leader epoch %d after D's leader moved, %d before: it must rise", after, before)
+	}
+	want := consume(ctx, t, s.Addrs(), topic, 0, kgo.NewOffset().AtStart(), total)
+	if len(r.recs) != total {
+		t.Fatalf("Java read %d records, want %d", len(r.recs), total)
+	}
+	for i, rec := range r.recs {
+		if rec.Offset != want[i].Offset || rec.Epoch != want[i].Epoch || rec.Key != want[i].Key {
+			t.Fatalf("Java record %d: %+v, want %+v", i, rec, want[i])
+		}
+	}
+}

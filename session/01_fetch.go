@@ -26,37 +26,57 @@ import (
 	"offsetgate/view"
 )
 
-var fetchHandler = handler{request: fetchRequest, response: rewriteFetch, responseFrom: 16}
+var fetchHandler = handler{request: fetchRequest, response: rewriteFetch}
 
 func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) {
+	mirrors := s.mirrorsOn()
+	if version < 16 && !mirrors {
+		return nil, false, nil
+	}
 	resp := kmsg.FetchResponse{Version: version}
 	if err := resp.UnsafeReadFrom(body); err != nil {
 		return nil, false, err
 	}
-	if len(resp.Brokers) == 0 {
-		return nil, false, nil
-	}
-	fetchEndpoints(s, &resp)
-	return resp.AppendTo(nil), true, nil
-}
-
-func fetchEndpoints(s *Session, resp *kmsg.FetchResponse) {
+	changed := len(resp.Brokers) > 0
 	for i := range resp.Brokers {
 		e := &resp.Brokers[i]
 		s.endpoint(e.NodeID, &e.Host, &e.Port)
 	}
-}
-
-// fetchView is what a mirror partition's response needs: its index and the epoch base the
-// request was translated with.
-type fetchView struct {
-	pv   *view.Partition
-	base int32
-}
-
-type fetchKey struct {
-	id        catalog.TopicID
-	partition int32
+	if mirrors {
+		// Every mirror partition of the answer, named in this request or not: an incremental
+		// fetch session (KIP-227) answers for partitions the request left out.
+		for i := range resp.Topics {
+			t := &resp.Topics[i]
+			var info *catalog.Topic
+			if version >= 13 {
+				info = s.mirrorByID(t.TopicID)
+			} else {
+				info = s.mark(t.Topic)
+			}
+			if info == nil {
+				continue
+			}
+			for j := range t.Partitions {
+				p := &t.Partitions[j]
+				changed = true
+				pv := s.partView(*info, p.Partition)
+				if pv == nil {
+					// Never D's batches as the source's; the view is loaded by the time the
+					// partition is fetched again.
+					p.RecordBatches = nil
+					p.ErrorCode = 6 // NOT_LEADER_OR_FOLLOWER: the client refreshes and retries
+					continue
+				}
+				if !restorePartition(pv, p) {
+					s.noteStale(mirrorPart{*info, p.Partition})
+				}
+			}
+		}
+	}
+	if !changed {
+		return nil, false, nil
+	}
+	return resp.AppendTo(nil), true, nil
 }
 
 func fetchRequest(s *Session, r *request) error {
@@ -94,21 +114,22 @@ func fetchRequest(s *Session, r *request) error {
 			parts = append(parts, mirrorPart{*info, p.Partition})
 		}
 	}
+	// A partition whose index fell behind is refreshed before the next fetch even when the
+	// request leaves it out (an incremental session keeps fetching it at the same offset).
+	parts = append(parts, s.staleFetch...)
 	if len(parts) == 0 {
 		return nil
 	}
 	if !s.viewed(r, parts, nil, fetchRequest) {
 		return nil
 	}
-	views := map[fetchKey]fetchView{}
-	names2id := map[string]catalog.TopicID{}
+	s.staleFetch = s.staleFetch[:0]
 	for i := range req.Topics {
 		t := &req.Topics[i]
 		info := topicOf(t)
 		if info == nil {
 			continue
 		}
-		names2id[info.Name] = info.ID
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			pv := s.partView(*info, p.Partition)
@@ -116,54 +137,29 @@ func fetchRequest(s *Session, r *request) error {
 				// Never serve D's batches as the source's: the client retries the connection.
 				return errViewUnavailable(info.Name, p.Partition)
 			}
-			base := pv.EpochBase()
-			views[fetchKey{info.ID, p.Partition}] = fetchView{pv, base}
 			p.FetchOffset = pv.ToDest(p.FetchOffset)
-			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
+			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, pv.EpochBase())
 			p.LastFetchedEpoch = -1
 			p.LogStartOffset = -1
 		}
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-	r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {
-		resp := kmsg.FetchResponse{Version: v}
-		if err := resp.UnsafeReadFrom(body); err != nil {
-			return nil, false, err
-		}
-		fetchEndpoints(s, &resp)
-		for i := range resp.Topics {
-			t := &resp.Topics[i]
-			id := t.TopicID
-			if !byID {
-				var ok bool
-				if id, ok = names2id[t.Topic]; !ok {
-					continue
-				}
-			}
-			for j := range t.Partitions {
-				p := &t.Partitions[j]
-				if fv, ok := views[fetchKey{id, p.Partition}]; ok {
-					restorePartition(fv, p)
-				}
-			}
-		}
-		return resp.AppendTo(nil), true, nil
-	}
 	return nil
 }
 
 // restorePartition turns one partition of D's fetch answer into the source's.
-func restorePartition(fv fetchView, p *kmsg.FetchResponseTopicPartition) {
-	pv := fv.pv
+// It reports false when D held a batch the index does not know yet.
+func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition) bool {
 	p.HighWatermark = pv.ToSource(p.HighWatermark)
 	p.LastStableOffset = pv.ToSource(p.LastStableOffset)
 	p.LogStartOffset = pv.ToSource(p.LogStartOffset)
 	if p.CurrentLeader.LeaderEpoch >= 0 {
-		p.CurrentLeader.LeaderEpoch += fv.base
+		p.CurrentLeader.LeaderEpoch += pv.EpochBase()
 	}
 	recs := p.RecordBatches
 	var out []byte // nil while the kept batches are one run from the start
 	keptEnd, off := 0, 0
+	fresh := true
 	for off < len(recs) {
 		h, err := batch.ReadHeader(recs[off:])
 		if err != nil || off+h.Size() > len(recs) {
@@ -175,6 +171,7 @@ func restorePartition(fv fetchView, p *kmsg.FetchResponseTopicPartition) {
 			// D holds a batch the index has not seen yet: serve what comes before it and
 			// refresh the index before this partition's next fetch.
 			pv.Stale()
+			fresh = false
 			break
 		}
 		off += h.Size()
@@ -197,4 +194,15 @@ func restorePartition(fv fetchView, p *kmsg.FetchResponseTopicPartition) {
 	} else {
 		p.RecordBatches = recs[:keptEnd]
 	}
+	return fresh
+}
+
+// noteStale remembers a mirror partition whose index must be refreshed before the next fetch.
+func (s *Session) noteStale(p mirrorPart) {
+	for _, q := range s.staleFetch {
+		if q.t.ID == p.t.ID && q.partition == p.partition {
+			return
+		}
+	}
+	s.staleFetch = append(s.staleFetch, p)
 }

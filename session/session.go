@@ -168,9 +168,11 @@ type Session struct {
 	sasl     saslState
 
 	blocked bool // an async request is pending: take no more client requests
-	closed  bool
-	ctx     context.Context // ends when the connection does; async work watches it
-	cancel  context.CancelFunc
+	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
+	staleFetch []mirrorPart
+	closed     bool
+	ctx        context.Context // ends when the connection does; async work watches it
+	cancel     context.CancelFunc
 }
 
 // New makes a session for one client connection.

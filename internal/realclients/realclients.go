@@ -84,6 +84,12 @@ func JavaProduce(ctx context.Context, bootstrap, topic string, count int, prefix
 // JavaConsume reads count records with the Java client (read_committed), from the beginning of
 // every partition, or as a member of group when it is not empty (committing as it goes).
 func JavaConsume(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string) ([]Record, error) {
+	return JavaConsumeSlow(ctx, bootstrap, topic, count, timeoutMs, group, 0, 0)
+}
+
+// JavaConsumeSlow is JavaConsume taking at most maxPoll records per poll and pausing pauseMs
+// after each (0: the client's defaults, no pause), so a test can change the cluster under it.
+func JavaConsumeSlow(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string, maxPoll, pauseMs int) ([]Record, error) {
 	libs, err := testkafka.LibsDir()
 	if err != nil {
 		return nil, err
@@ -92,7 +98,14 @@ func JavaConsume(ctx context.Context, bootstrap, topic string, count int, timeou
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-Xmx256m", "-cp", filepath.Join(libs, "*"), src, "consume", bootstrap, topic, strconv.Itoa(count), strconv.Itoa(timeoutMs)}
+	args := []string{"-Xmx256m"}
+	if maxPoll > 0 {
+		args = append(args, "-Dmax.poll.records="+strconv.Itoa(maxPoll))
+	}
+	if pauseMs > 0 {
+		args = append(args, "-Dpause.ms="+strconv.Itoa(pauseMs))
+	}
+	args = append(args, "-cp", filepath.Join(libs, "*"), src, "consume", bootstrap, topic, strconv.Itoa(count), strconv.Itoa(timeoutMs))
 	if group != "" {
 		args = append(args, group)
 	}

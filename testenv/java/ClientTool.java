@@ -48,6 +48,10 @@ public class ClientTool {
         p.put("value.deserializer", StringDeserializer.class.getName());
         p.put("auto.offset.reset", "earliest");
         p.put("isolation.level", "read_committed");
+        // -Dmax.poll.records and -Dpause.ms make a slow consumer (tests move leaders under it).
+        String maxPoll = System.getProperty("max.poll.records");
+        if (maxPoll != null) p.put("max.poll.records", maxPoll);
+        long pause = Long.getLong("pause.ms", 0L);
         if (group != null) {
             p.put("group.id", group);
             p.put("enable.auto.commit", "false");
@@ -69,6 +73,9 @@ public class ClientTool {
                     got++;
                 }
                 if (group != null) c.commitSync();
+                if (pause > 0) {
+                    try { Thread.sleep(pause); } catch (InterruptedException e) { return; }
+                }
             }
         }
         if (got < count) {
