@@ -32,6 +32,17 @@ func metadataRequest(s *Session, r *request) error {
 	if req.Topics == nil || (r.h.version == 0 && len(req.Topics) == 0) {
 		topics = s.cfg.Catalog.Mirrors()
 	} else {
+		var names []string
+		for _, t := range req.Topics {
+			if t.Topic != nil {
+				names = append(names, *t.Topic)
+			}
+		}
+		// A mirror topic created through another instance a moment ago: learn its id first,
+		// so its view is loaded before the answer presents its epochs.
+		if !s.known(r, names, metadataRequest) {
+			return nil
+		}
 		for _, t := range req.Topics {
 			var info *catalog.Topic
 			if t.Topic != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -131,6 +132,22 @@ func Run(ctx context.Context, cfg Config, report func(Result)) ([]Result, error)
 }
 
 func bounds(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, map[int32]int64, error) {
+	var s, e map[int32]int64
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if s, e, err = boundsOnce(ctx, adm, topic); err == nil || !kerr.IsRetriable(err) {
+			return s, e, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return s, e, err
+}
+
+func boundsOnce(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, map[int32]int64, error) {
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
 		return nil, nil, err
