@@ -159,3 +159,41 @@ func TestBenchEndToEnd(t *testing.T) {
 	}
 	t.Logf("\n%s", table.String())
 }
+
+// The fetch benchmark runs end to end on a tiny data set: the mirror topic is written through
+// an approved client, every path reads every record, every number is filled in. No timing is
+// asserted.
+func TestFetchBenchEndToEnd(t *testing.T) {
+	pair := testkafka.Shared(t)
+	root, err := testkafka.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "offsetgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/offsetgate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building offsetgate: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := bench.RunFetch(ctx, bench.FetchConfig{Source: pair.Source, Dest: pair.Dest, OffsetgateBin: bin, Mode: "test",
+		Bytes: 4 << 20, RecordBytes: 1024, Partitions: 2, Rounds: 1, Progress: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Paths) != 3 {
+		t.Fatalf("%d paths reported, want direct, passthrough and mirror", len(rep.Paths))
+	}
+	for _, p := range rep.Paths {
+		if len(p.Samples) != 1 || p.Samples[0].Bytes != 4<<20 || p.MBps <= 0 {
+			t.Fatalf("path %s: %+v", p.Path, p)
+		}
+		if p.Path != "direct" && p.ProxyCPUPerGB <= 0 {
+			t.Fatalf("path %s: no offsetgate CPU measured", p.Path)
+		}
+	}
+	if rep.MirrorToPassthrough <= 0 {
+		t.Fatal("no mirror/passthrough ratio")
+	}
+}

@@ -37,12 +37,14 @@ func main() {
 		err = run(args)
 	case "chart":
 		err = chart(args)
+	case "fetch":
+		err = fetch(args)
 	case "relay":
 		err = bench.RelayMain(args, os.Stdout)
 	case "help":
-		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
+		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
 	default:
-		err = fmt.Errorf("unknown command %q (run, chart, relay)", cmd)
+		err = fmt.Errorf("unknown command %q (run, chart, fetch, relay)", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
