@@ -294,6 +294,14 @@ func TestSourceViewHoles(t *testing.T) {
 	if o, _ := lo.Lookup(topic, 0); o.Offset != 900 || o.LeaderEpoch != 4 {
 		t.Fatalf("offset for timestamp %d: %d (epoch %d), want 900 (epoch 4)", ts+300, o.Offset, o.LeaderEpoch)
 	}
+	// The record with the largest timestamp, in source terms.
+	mt, err := padm.ListMaxTimestampOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := mt.Lookup(topic, 0); o.Offset != 100004 || o.Timestamp != ts+404 || o.LeaderEpoch != 5 {
+		t.Fatalf("max timestamp: offset %d, timestamp %d, epoch %d; want 100004, %d, 5", o.Offset, o.Timestamp, o.LeaderEpoch, ts+404)
+	}
 	// OffsetForLeaderEpoch in source epochs and offsets.
 	for _, c := range []struct {
 		epoch, wantEpoch int32

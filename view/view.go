@@ -392,3 +392,11 @@ func (v *View) partitions(ctx context.Context, topic string) (int32, error) {
 	}
 	return int32(len(resp.Topics[0].Partitions)), nil
 }
+
+// NewPartition makes a loaded index from ledger entries, for tests of the read side.
+func NewPartition(es []ledger.Entry) *Partition {
+	p := &Partition{}
+	p.add(es)
+	p.loaded.Store(true)
+	return p
+}

@@ -1,0 +1,91 @@
+package session
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/batch"
+	"offsetgate/ledger"
+	"offsetgate/view"
+)
+
+// srcBatch builds a source batch: base offset, n records, leader epoch, producer fields.
+func srcBatch(base int64, n int, epoch int32) []byte {
+	var recs []byte
+	for i := 0; i < n; i++ {
+		r := kmsg.Record{OffsetDelta: int32(i), Key: []byte{'k', byte(i)}, Value: []byte("value")}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{FirstOffset: base, PartitionLeaderEpoch: epoch, Magic: 2, LastOffsetDelta: int32(n - 1),
+		FirstTimestamp: 1000, MaxTimestamp: 1000, ProducerID: 42, ProducerEpoch: 3, FirstSequence: 9, NumRecords: int32(n), Records: recs}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
+	return out
+}
+
+// onD is what D holds for a source batch written through offsetgate at D offset d.
+func onD(src []byte, d int64, epoch int32) []byte {
+	b := batch.ForDestination(src, batch.Producer{ID: 7, Epoch: 0, Sequence: 100})
+	binary.BigEndian.PutUint64(b[0:], uint64(d))
+	binary.BigEndian.PutUint32(b[12:], uint32(epoch))
+	return b
+}
+
+func entry(src []byte, d int64) ledger.Entry {
+	h, _ := batch.ReadHeader(src)
+	return ledger.Entry{Kind: ledger.KindBatch, Src: h.BaseOffset, Last: h.LastOffset(), D: d, Count: h.LastOffsetDelta + 1,
+		Epoch: h.LeaderEpoch, CRC: h.CRC, Len: h.Length, Attrs: h.Attributes, MaxTS: h.MaxTimestamp,
+		SrcPID: h.ProducerID, SrcPEpoch: h.ProducerEpoch, SrcSeq: h.BaseSequence}
+}
+
+// D's answer holds batch A, a filler, batch B and the start of a batch C: the client gets A and B
+// exactly as the source had them (same bytes, same CRC), no filler, no partial batch; a batch the
+// index does not know ends the records and marks the index stale.
+func TestRestorePartition(t *testing.T) {
+	a, b, c := srcBatch(100, 3, 5), srcBatch(110, 2, 6), srcBatch(112, 4, 6)
+	filler := batch.Filler(7, 1000, batch.Producer{ID: 7, Sequence: 103})
+	binary.BigEndian.PutUint64(filler[0:], 3)
+	pv := view.NewPartition([]ledger.Entry{
+		entry(a, 0),
+		{Kind: ledger.KindFiller, Src: 103, Last: 109, D: 3, Count: 7},
+		entry(b, 10),
+		entry(c, 12),
+	})
+	var recs []byte
+	recs = append(recs, onD(a, 0, 2)...)
+	recs = append(recs, filler...)
+	recs = append(recs, onD(b, 10, 2)...)
+	partial := onD(c, 12, 2)
+	recs = append(recs, partial[:len(partial)-5]...)
+	p := kmsg.FetchResponseTopicPartition{HighWatermark: 16, LastStableOffset: 16, LogStartOffset: 0, RecordBatches: recs}
+	if !restorePartition(pv, &p) {
+		t.Fatal("restore reported an unknown batch")
+	}
+	want := append(append([]byte(nil), a...), b...)
+	if string(p.RecordBatches) != string(want) {
+		t.Fatalf("restored records differ from the source's:\n got %x\nwant %x", p.RecordBatches, want)
+	}
+	if p.HighWatermark != 116 || p.LastStableOffset != 116 || p.LogStartOffset != 100 {
+		t.Fatalf("bounds %d/%d/%d, want 116/116/100", p.HighWatermark, p.LastStableOffset, p.LogStartOffset)
+	}
+
+	// A batch the index has not seen: served up to it, the index marked stale.
+	unknown := srcBatch(116, 1, 6)
+	p = kmsg.FetchResponseTopicPartition{HighWatermark: 17, RecordBatches: append(onD(c, 12, 2), onD(unknown, 16, 2)...)}
+	if restorePartition(pv, &p) {
+		t.Fatal("an unknown batch was not reported")
+	}
+	if string(p.RecordBatches) != string(c) || !pv.NeedsRefresh() {
+		t.Fatalf("unknown batch: records %x, stale %v", p.RecordBatches, pv.NeedsRefresh())
+	}
+	// Fillers only: nothing.
+	p = kmsg.FetchResponseTopicPartition{HighWatermark: 16, RecordBatches: filler}
+	restorePartition(pv, &p)
+	if len(p.RecordBatches) != 0 {
+		t.Fatalf("a fillers-only answer gave %d bytes", len(p.RecordBatches))
+	}
+}
