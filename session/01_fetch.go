@@ -76,7 +76,13 @@ func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) 
 	if !changed {
 		return nil, false, nil
 	}
-	return resp.AppendTo(nil), true, nil
+	out := resp.AppendTo(s.reserve(len(body) + 64))
+	if cap(s.outBuf) > maxKeptOutBuf {
+		s.outBuf = nil // a rare huge answer is not kept for the connection's lifetime
+	} else if cap(out) == cap(s.outBuf) {
+		s.outBuf = out[:0]
+	}
+	return out, true, nil
 }
 
 func fetchRequest(s *Session, r *request) error {

@@ -170,9 +170,15 @@ type Session struct {
 	blocked bool // an async request is pending: take no more client requests
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
 	staleFetch []mirrorPart
-	closed     bool
-	ctx        context.Context // ends when the connection does; async work watches it
-	cancel     context.CancelFunc
+	// A rewrite that builds a large response (restored Fetch answers) writes it into outBuf
+	// after headroom bytes left for the frame header, so the response is neither grown by
+	// append nor copied again into a frame; outBuf is reused once the client has it.
+	headroom int
+	outBuf   []byte
+	outUsed  bool // the last rewrite's result lives in outBuf
+	closed   bool
+	ctx      context.Context // ends when the connection does; async work watches it
+	cancel   context.CancelFunc
 }
 
 // New makes a session for one client connection.
@@ -487,6 +493,8 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 			flushDirect(off)
 			return off, err
 		}
+		pooled := s.outUsed
+		s.outUsed = false
 		s.cfg.Observer.Response(sl.key, len(out), time.Since(sl.start))
 		atHead := s.slots.headSeq() == seq
 		switch {
@@ -504,7 +512,7 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 			s.count(-1)
 		default:
 			flushDirect(off)
-			if len(out) == len(frame) && &out[0] == &frame[0] {
+			if pooled || (len(out) == len(frame) && &out[0] == &frame[0]) {
 				out = append([]byte(nil), out...)
 			}
 			sl.out, sl.done = out, true
@@ -530,6 +538,7 @@ func (s *Session) response(sl *slot, frame []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: response header of api key %d: %v", ErrFrame, sl.key, err)
 	}
 	body := frame[4+hl:]
+	s.headroom, s.outUsed = 4+hl, false
 	nb, changed, err := sl.rewrite(s, sl.version, body)
 	if err != nil {
 		// A response offsetgate cannot read may carry addresses it must not leak.
@@ -539,11 +548,32 @@ func (s *Session) response(sl *slot, frame []byte) ([]byte, error) {
 		return frame, nil
 	}
 	s.cfg.Observer.Rewrite(sl.key)
+	if s.outUsed {
+		// nb starts with the headroom reserved for the frame header.
+		binary.BigEndian.PutUint32(nb, uint32(len(nb)-4))
+		copy(nb[4:4+hl], frame[4:4+hl])
+		return nb, nil
+	}
 	out := make([]byte, 4, 4+hl+len(nb))
 	binary.BigEndian.PutUint32(out, uint32(hl+len(nb)))
 	out = append(out, frame[4:4+hl]...)
 	return append(out, nb...), nil
 }
+
+// reserve returns an empty buffer for a response body of about size bytes, with the frame
+// header's headroom in front (see Session.outBuf). The caller appends the body and returns the
+// whole slice from its rewrite.
+func (s *Session) reserve(size int) []byte {
+	need := s.headroom + size
+	if cap(s.outBuf) < need {
+		s.outBuf = make([]byte, 0, need+need/8)
+	}
+	s.outUsed = true
+	return s.outBuf[:s.headroom]
+}
+
+// maxKeptOutBuf bounds the buffer a session keeps between responses.
+const maxKeptOutBuf = 16 << 20
 
 // flush sends the responses that are ready at the head of the FIFO.
 func (s *Session) flush() {
