@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 	"go.uber.org/zap/zaptest"
 
 	"offsetgate/internal/realclients"
@@ -263,6 +264,20 @@ func TestSourceViewHoles(t *testing.T) {
 	// Fetches of a few hundred bytes: D's answers would often be fillers only.
 	got := consume(ctx, t, []string{px}, topic, 0, kgo.NewOffset().AtStart(), len(want), kgo.FetchMaxBytes(300), kgo.FetchMaxPartitionBytes(300))
 	sameRecords(t, "franz-go through offsetgate", got, want)
+	// Older Fetch versions (names instead of topic ids, no KIP-951) give the same records.
+	for _, v := range []*kversion.Versions{kversion.V1_0_0(), kversion.V2_4_0(), kversion.V3_0_0()} {
+		old := consume(ctx, t, []string{px}, topic, 0, kgo.NewOffset().AtStart(), len(want), kgo.MaxVersions(v), kgo.FetchMaxBytes(300), kgo.FetchMaxPartitionBytes(300))
+		sameRecords(t, "franz-go with Fetch v"+strconv.Itoa(int(must(v.LookupMaxKeyVersion(1))))+" through offsetgate", old, want)
+	}
+	kc, err := realclients.KcatConsume(ctx, px, topic, len(want))
+	if err != nil {
+		t.Fatalf("kcat through offsetgate: %v", err)
+	}
+	for i, r := range kc {
+		if i >= len(want) || r.Offset != want[i].Offset || r.Key != want[i].Key || r.Value != want[i].Value {
+			t.Fatalf("kcat record %d: %+v", i, r)
+		}
+	}
 	// From an offset inside the large filled hole: the next record is the source's next one.
 	if r := consume(ctx, t, []string{px}, topic, 0, kgo.NewOffset().At(500), 1); r[0].Offset != 900 {
 		t.Fatalf("from offset 500 (a filled hole) the first record is %d, want 900", r[0].Offset)
@@ -564,4 +579,11 @@ func TestSourceViewLeaderMoveOnD(t *testing.T) {
 			t.Fatalf("Java record %d: %+v, want %+v", i, rec, want[i])
 		}
 	}
+}
+
+func must[T any](v T, ok bool) T {
+	if !ok {
+		panic("missing value")
+	}
+	return v
 }
