@@ -7,6 +7,7 @@ package mirror
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -55,6 +57,16 @@ type Config struct {
 	// to the destination (after a --once run; every GroupInterval while following).
 	Groups        *regexp.Regexp
 	GroupInterval time.Duration
+	// TopicRegex, when set, adds every source topic whose name matches (internal topics
+	// excluded), resolved when the run starts.
+	TopicRegex *regexp.Regexp
+	// Live redraws a table of every partition's position, lag and rate once a second on
+	// Progress (a terminal); otherwise a following run writes a line per partition every
+	// ProgressEvery.
+	Live bool
+	// Metrics, when set, receives the run's per-partition gauges (mirrored end, source end,
+	// lag, records, bytes, stopped).
+	Metrics prometheus.Registerer
 }
 
 // PartitionSummary is what one partition's run did.
@@ -140,6 +152,11 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		topic string
 		part  int32
 	}
+	topics, err := resolveTopics(ctx, sadm, cfg.Topics, cfg.TopicRegex)
+	if err != nil {
+		return Summary{}, err
+	}
+	cfg.Topics = topics
 	var jobs []job
 	for _, topic := range cfg.Topics {
 		var n int32
@@ -178,28 +195,32 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		return err
 	}
+	stopGroups := func() {}
 	if cfg.follow {
 		interval := cfg.GroupInterval
 		if interval <= 0 {
 			interval = 5 * time.Second
 		}
+		// The group and log-start loop ends with the run, or when every partition stopped.
+		gctx, gcancel := context.WithCancel(ctx)
+		stopGroups = gcancel
 		gdone := make(chan struct{})
-		defer func() { <-gdone }()
+		defer func() { gcancel(); <-gdone }()
 		go func() {
 			defer close(gdone)
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for {
 				select {
-				case <-ctx.Done():
+				case <-gctx.Done():
 					return
 				case <-t.C:
-					if err := copyGroups(ctx); err != nil && ctx.Err() == nil && cfg.Progress != nil {
+					if err := copyGroups(gctx); err != nil && gctx.Err() == nil && cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
 					}
 					// The source's retention moves its log start: the mirror's follows.
-					moved, err := FollowLogStart(ctx, src, px, cfg.Topics)
-					if cfg.Progress != nil && ctx.Err() == nil {
+					moved, err := FollowLogStart(gctx, src, px, cfg.Topics)
+					if cfg.Progress != nil && gctx.Err() == nil {
 						if err != nil {
 							fmt.Fprintf(cfg.Progress, "following the source's log start: %v\n", err)
 						}
@@ -213,6 +234,22 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			}
 		}()
 	}
+	tr := newTracker(cfg.Metrics)
+	stats := make([]*partStats, len(jobs))
+	for i, j := range jobs {
+		stats[i] = tr.add(j.topic, j.part)
+	}
+	stopReport := make(chan struct{})
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		var w io.Writer
+		if cfg.Live || cfg.follow {
+			w = cfg.Progress
+		}
+		tr.run(w, cfg.Live, cfg.ProgressEvery, stopReport)
+	}()
+	defer func() { close(stopReport); <-reportDone }()
 	out := make([]PartitionSummary, len(jobs))
 	sem := make(chan struct{}, cfg.Parallel)
 	var wg sync.WaitGroup
@@ -222,8 +259,13 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = mirrorPartition(ctx, src, px, padm, conns, cfg, j.topic, j.part)
-			if cfg.Progress != nil {
+			out[i] = mirrorPartition(ctx, src, px, padm, conns, cfg, j.topic, j.part, stats[i])
+			if out[i].Err != nil {
+				stats[i].state.Store("stopped: " + out[i].Err.Error())
+			} else {
+				stats[i].state.Store("done")
+			}
+			if cfg.Progress != nil && !cfg.Live {
 				s := out[i]
 				status := "ok"
 				if s.Err != nil {
@@ -235,6 +277,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		}()
 	}
 	wg.Wait()
+	stopGroups()
 	sum := Summary{Partitions: out, Elapsed: time.Since(start)}
 	if err := sum.Err(); err != nil {
 		return sum, err
@@ -333,9 +376,9 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		if int32(len(dt.Partitions)) != n {
 			return 0, fmt.Errorf("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
 		}
-		return n, checkMark(ctx, padm, topic)
+		return n, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
 	}
-	cfg := map[string]*string{rules.MarkKey: kmsg.StringPtr("true")}
+	cfg := map[string]*string{rules.MarkKey: kmsg.StringPtr("true"), rules.SourcePrefix + "topic.id": kmsg.StringPtr(hex.EncodeToString(st.ID[:]))}
 	for k, v := range source {
 		cfg[rules.SourcePrefix+k] = kmsg.StringPtr(v)
 	}
@@ -349,20 +392,30 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 	return n, nil
 }
 
-func checkMark(ctx context.Context, padm *kadm.Client, topic string) error {
+func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) error {
 	rc, err := padm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("configs of %s through offsetgate: %w", topic, err)
 	}
+	marked, mirroredID := false, ""
 	for _, c := range rc[0].Configs {
 		if c.Key == rules.MarkKey && c.Value != nil && *c.Value == "true" {
-			return nil
+			marked = true
+		}
+		if c.Key == rules.SourcePrefix+"topic.id" && c.Value != nil {
+			mirroredID = *c.Value
 		}
 	}
-	return fmt.Errorf("topic %s exists on the destination and is not a mirror topic; nothing was written", topic)
+	if !marked {
+		return fmt.Errorf("topic %s exists on the destination and is not a mirror topic; nothing was written", topic)
+	}
+	if mirroredID != "" && mirroredID != sourceID {
+		return fmt.Errorf("%w: source topic %s has id %s, the mirror was made from %s (deleted and recreated); nothing was written", ErrSourceBackwards, topic, sourceID, mirroredID)
+	}
+	return nil
 }
 
-func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client, conns *connPool, cfg Config, topic string, part int32) PartitionSummary {
+func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client, conns *connPool, cfg Config, topic string, part int32, st *partStats) PartitionSummary {
 	s := PartitionSummary{Topic: topic, Partition: part}
 	fail := func(err error) PartitionSummary { s.Err = err; return s }
 	sadm := kadm.NewClient(src)
@@ -399,26 +452,31 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 		return fail(fmt.Errorf("the mirror ends at %d, beyond the source's end %d: the source went backwards (truncated or recreated)", offset, end.Offset))
 	}
 	s.From, s.To = offset, offset
+	st.offset.Store(offset)
+	st.sourceEnd.Store(end.Offset)
 	if cfg.follow {
 		end.Offset = 1<<63 - 1
 	}
-	lastReport := time.Now()
+	rd := &reader{src: src, topic: topic, part: part}
 	for offset < end.Offset {
-		if cfg.follow && time.Since(lastReport) >= cfg.ProgressEvery && cfg.Progress != nil {
-			lastReport = time.Now()
-			fmt.Fprintf(cfg.Progress, "%s[%d]: mirrored to offset %d (%d records, %d bytes this run)\n", topic, part, offset, s.Records, s.Bytes)
-		}
 		if ctx.Err() != nil {
 			return s
 		}
-		sets, err := FetchRaw(ctx, src, topic, part, offset, cfg.MaxBytes)
+		sets, hwm, err := rd.fetch(ctx, offset, cfg.MaxBytes, 500*time.Millisecond)
 		if err != nil {
 			if ctx.Err() != nil {
 				return s
 			}
 			return fail(err)
 		}
+		st.sourceEnd.Store(hwm)
 		if cfg.follow && len(sets) == 0 {
+			if hwm < offset {
+				// The fetch answered, but the source ends below what is mirrored.
+				if err := rd.outOfRange(ctx, offset); err != nil {
+					return fail(err)
+				}
+			}
 			continue // nothing new: the fetch long-polled
 		}
 		var send []byte
@@ -427,6 +485,11 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 			h, _ := batch.ReadHeader(b)
 			if h.LastOffset() < offset || h.BaseOffset >= end.Offset {
 				continue
+			}
+			if h.Attributes&(batch.AttrTransactional|batch.AttrControl) != 0 {
+				// Refused before anything of it is sent: offsetgate would refuse it too, less
+				// clearly.
+				return fail(fmt.Errorf("transactional batch at offset %d: this version mirrors dense, non-transactional topics only; everything before it is mirrored, nothing after", h.BaseOffset))
 			}
 			send = append(send, b...)
 			hs = append(hs, h)
@@ -447,8 +510,40 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 		s.Bytes += int64(len(send))
 		offset = hs[len(hs)-1].LastOffset() + 1
 		s.To = offset
+		st.offset.Store(offset)
+		st.records.Store(s.Records)
+		st.bytes.Store(s.Bytes)
 	}
 	return s
+}
+
+// resolveTopics adds the source topics matching re (internal ones excluded) to the named ones.
+func resolveTopics(ctx context.Context, sadm *kadm.Client, named []string, re *regexp.Regexp) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range named {
+		if t != "" && !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	if re != nil {
+		tds, err := sadm.ListTopics(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing the source's topics: %w", err)
+		}
+		for _, name := range tds.Names() {
+			if re.MatchString(name) && !seen[name] && !strings.HasPrefix(name, "__") {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no topic to mirror (none named, none matching the regular expression)")
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // FetchRaw reads whole record batches from the source partition's leader at offset.

@@ -49,6 +49,9 @@ func IsOwnTopic(name string) bool { return strings.HasPrefix(name, OwnTopicPrefi
 var sourceKeys = map[string]bool{
 	"retention.ms": true, "retention.bytes": true, "cleanup.policy": true,
 	"max.message.bytes": true, "message.timestamp.type": true,
+	// Not a Kafka setting: the source topic's id, so that a mirroring client can tell a
+	// source topic deleted and recreated under the same name from the one it mirrored.
+	"topic.id": true,
 }
 
 // maxLong is Kafka's Long.MAX_VALUE, used for "no timestamp window".
@@ -67,7 +70,7 @@ func DestinationConfigs(in map[string]*string) (out map[string]*string, source m
 		case strings.HasPrefix(k, SourcePrefix):
 			sk := strings.TrimPrefix(k, SourcePrefix)
 			if !sourceKeys[sk] {
-				return nil, nil, fmt.Errorf("unknown source setting %q (known: retention.ms, retention.bytes, cleanup.policy, max.message.bytes, message.timestamp.type)", k)
+				return nil, nil, fmt.Errorf("unknown source setting %q (known: retention.ms, retention.bytes, cleanup.policy, max.message.bytes, message.timestamp.type, topic.id)", k)
 			}
 			if v == nil {
 				return nil, nil, fmt.Errorf("%s needs a value", k)

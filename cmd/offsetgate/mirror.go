@@ -7,11 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -32,7 +36,11 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	source := fs.String("source", "", "source cluster brokers, host:port[,...] (required)")
 	proxyAddr := fs.String("proxy", "", "offsetgate bootstrap address, host:port[,...] (required)")
-	topics := fs.String("topic", "", "topics to mirror, comma-separated (required)")
+	topics := fs.String("topic", "", "topics to mirror, comma-separated")
+	fs.StringVar(topics, "topics", "", "same as --topic")
+	topicRegex := fs.String("topic-regex", "", "also mirror every source topic whose name matches this regular expression (resolved at start)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics of this run on HOST:PORT (/metrics)")
+	progress := fs.String("progress", "auto", "auto: a live table on a terminal, log lines otherwise; live; lines")
 	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit (default: keep mirroring until interrupted)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
 	parallel := fs.Int("parallel", 4, "partitions mirrored at once")
@@ -46,20 +54,55 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	saslUser := fs.String("sasl-user", "", "SASL user")
 	saslPassFile := fs.String("sasl-password-file", "", "file holding the SASL password (or OFFSETGATE_SASL_PASSWORD)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT --topic T[,T...] [--once] [identity flags]")
+		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT (--topics T[,T...] | --topic-regex R) [--groups REGEX] [--once] [identity flags]")
 		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition failed (see the message), 2 bad usage, 3 internal error.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if *source == "" || *proxyAddr == "" || *topics == "" {
-		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topic are required")
+	if *source == "" || *proxyAddr == "" || (*topics == "" && *topicRegex == "") {
+		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topics or --topic-regex are required")
 		return exitUsage
 	}
 	cfg := mirror.Config{Source: strings.Split(*source, ","), Proxy: strings.Split(*proxyAddr, ","),
-		Topics: strings.Split(*topics, ","), MaxBytes: int32(*maxBytes), Parallel: *parallel,
+		MaxBytes: int32(*maxBytes), Parallel: *parallel,
 		ReplicationFactor: int16(*rf), Progress: stdout}
+	if *topics != "" {
+		cfg.Topics = strings.Split(*topics, ",")
+	}
+	if *topicRegex != "" {
+		re, err := regexp.Compile(*topicRegex)
+		if err != nil {
+			fmt.Fprintln(stderr, "offsetgate mirror: --topic-regex:", err)
+			return exitUsage
+		}
+		cfg.TopicRegex = re
+	}
+	switch *progress {
+	case "auto":
+		cfg.Live = isTerminal(stdout)
+	case "live":
+		cfg.Live = true
+	case "lines":
+	default:
+		fmt.Fprintf(stderr, "offsetgate mirror: --progress %q: auto, live or lines\n", *progress)
+		return exitUsage
+	}
+	if *metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		cfg.Metrics = reg
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			fmt.Fprintln(stderr, "offsetgate mirror: --metrics:", err)
+			return exitUsage
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+	}
 	if *groups != "" {
 		re, err := regexp.Compile(*groups)
 		if err != nil {
@@ -149,3 +192,14 @@ func saslMechanism(name, user, passFile string) (sasl.Mechanism, error) {
 }
 
 var _ = exitInternal
+
+// isTerminal reports whether w is a character device (a terminal), where a live table can be
+// redrawn in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,168 @@
+package mirror
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// partStats is one partition's live numbers, written by its goroutine and read by the
+// reporter and the metrics.
+type partStats struct {
+	topic     string
+	partition int32
+	offset    atomic.Int64 // next source offset to mirror
+	sourceEnd atomic.Int64 // the source's high watermark at the last fetch
+	records   atomic.Int64
+	bytes     atomic.Int64
+	state     atomic.Value // string: "", "done", or the error that stopped the partition
+}
+
+// tracker holds every partition's stats and reports them: a live table on a terminal, a line per
+// partition every ProgressEvery otherwise, and Prometheus gauges.
+type tracker struct {
+	mu    sync.Mutex
+	parts []*partStats
+	start time.Time
+
+	records, bytes, offset, end, lag, stopped *prometheus.GaugeVec
+}
+
+func newTracker(reg prometheus.Registerer) *tracker {
+	t := &tracker{start: time.Now()}
+	labels := []string{"topic", "partition"}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "offsetgate_mirror_client_" + name, Help: help}, labels)
+	}
+	t.records = gauge("records", "Records mirrored by this run.")
+	t.bytes = gauge("bytes", "Record batch bytes mirrored by this run.")
+	t.offset = gauge("mirrored_offset", "Next source offset to mirror (the mirrored end).")
+	t.end = gauge("source_end_offset", "The source partition's high watermark at the last fetch.")
+	t.lag = gauge("lag_records", "Source offsets not mirrored yet.")
+	t.stopped = gauge("stopped", "1 when the partition stopped on an error (see the log).")
+	if reg != nil {
+		for _, g := range []*prometheus.GaugeVec{t.records, t.bytes, t.offset, t.end, t.lag, t.stopped} {
+			_ = reg.Register(g)
+		}
+	}
+	return t
+}
+
+func (t *tracker) add(topic string, partition int32) *partStats {
+	p := &partStats{topic: topic, partition: partition}
+	p.offset.Store(-1)
+	p.sourceEnd.Store(-1)
+	p.state.Store("")
+	t.mu.Lock()
+	t.parts = append(t.parts, p)
+	t.mu.Unlock()
+	return p
+}
+
+// update refreshes the gauges from the stats.
+func (t *tracker) update() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.parts {
+		l := []string{p.topic, strconv.Itoa(int(p.partition))}
+		t.records.WithLabelValues(l...).Set(float64(p.records.Load()))
+		t.bytes.WithLabelValues(l...).Set(float64(p.bytes.Load()))
+		t.offset.WithLabelValues(l...).Set(float64(p.offset.Load()))
+		t.end.WithLabelValues(l...).Set(float64(p.sourceEnd.Load()))
+		t.lag.WithLabelValues(l...).Set(float64(lagOf(p)))
+		stopped := 0.0
+		if s := p.state.Load().(string); s != "" && s != "done" {
+			stopped = 1
+		}
+		t.stopped.WithLabelValues(l...).Set(stopped)
+	}
+}
+
+func lagOf(p *partStats) int64 {
+	o, e := p.offset.Load(), p.sourceEnd.Load()
+	if o < 0 || e < 0 || e < o {
+		return 0
+	}
+	return e - o
+}
+
+type snapshot struct {
+	records, bytes int64
+	at             time.Time
+}
+
+// run reports until stop is closed. live redraws a table in place (a terminal); otherwise
+// one line per partition is written every interval.
+func (t *tracker) run(w io.Writer, live bool, interval time.Duration, stop <-chan struct{}) {
+	if live || interval <= 0 {
+		interval = time.Second
+	}
+	// The gauges follow every second; lines are written every interval.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	prev := map[*partStats]snapshot{}
+	drawn := 0
+	last := time.Now()
+	for {
+		select {
+		case <-stop:
+			t.update()
+			return
+		case <-tick.C:
+		}
+		t.update()
+		if w == nil || time.Since(last) < interval-50*time.Millisecond {
+			continue
+		}
+		last = time.Now()
+		t.mu.Lock()
+		parts := append([]*partStats(nil), t.parts...)
+		t.mu.Unlock()
+		sort.Slice(parts, func(i, j int) bool {
+			if parts[i].topic != parts[j].topic {
+				return parts[i].topic < parts[j].topic
+			}
+			return parts[i].partition < parts[j].partition
+		})
+		var b strings.Builder
+		if live && drawn > 0 {
+			fmt.Fprintf(&b, "\033[%dA\033[J", drawn) // back to the table's first line, clear below
+		}
+		lines := 0
+		if live {
+			fmt.Fprintf(&b, "%-40s %12s %12s %10s %12s %10s  %s\n", "PARTITION", "MIRRORED", "SOURCE END", "LAG", "RECORDS/S", "MB/S", "STATE")
+			lines++
+		}
+		now := time.Now()
+		for _, p := range parts {
+			s := snapshot{p.records.Load(), p.bytes.Load(), now}
+			rr, br := 0.0, 0.0
+			if q, ok := prev[p]; ok && now.Sub(q.at) > 0 {
+				rr = float64(s.records-q.records) / now.Sub(q.at).Seconds()
+				br = float64(s.bytes-q.bytes) / now.Sub(q.at).Seconds() / 1e6
+			}
+			prev[p] = s
+			state := p.state.Load().(string)
+			if state == "" {
+				state = "mirroring"
+			}
+			name := fmt.Sprintf("%s[%d]", p.topic, p.partition)
+			if live {
+				fmt.Fprintf(&b, "%-40s %12d %12d %10d %12.0f %10.1f  %s\n", name, p.offset.Load(), p.sourceEnd.Load(), lagOf(p), rr, br, state)
+			} else {
+				fmt.Fprintf(&b, "%s: mirrored to %d, source end %d, lag %d, %.0f records/s, %.1f MB/s, %s\n",
+					name, p.offset.Load(), p.sourceEnd.Load(), lagOf(p), rr, br, state)
+			}
+			lines++
+		}
+		drawn = lines
+		_, _ = io.WriteString(w, b.String())
+	}
+}

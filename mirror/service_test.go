@@ -1,0 +1,139 @@
+package mirror_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"offsetgate/internal/testkafka"
+	"offsetgate/mirror"
+)
+
+// The mirror as a service: topics chosen by a regular expression, per-partition metrics and
+// progress, transactional sources refused with a clear message before anything of them is
+// written, and a source topic deleted and recreated under the same name noticed both while
+// following and when a run starts.
+func TestMirrorService(t *testing.T) {
+	prefix := testkafka.Names(t, "svc")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	a, b := prefix+"-a", prefix+"-b"
+	for _, topic := range []string{a, b} {
+		if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		produceSource(ctx, t, s, topic, 200)
+	}
+
+	// --topic-regex, metrics, progress.
+	reg := prometheus.NewRegistry()
+	var progress bytes.Buffer
+	cfg := e.mirrorConfig()
+	cfg.TopicRegex = regexp.MustCompile("^" + regexp.QuoteMeta(prefix) + "-[ab]$")
+	cfg.Metrics, cfg.Progress = reg, &mirror.LockedWriter{W: &progress}
+	sum, err := mirror.Once(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Partitions) != 4 {
+		t.Fatalf("the regular expression gave %d partitions, want 4", len(sum.Partitions))
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] += m.GetGauge().GetValue()
+		}
+	}
+	if got["offsetgate_mirror_client_records"] != 400 || got["offsetgate_mirror_client_lag_records"] != 0 || got["offsetgate_mirror_client_mirrored_offset"] != 400 {
+		t.Fatalf("metrics after the run: %v", got)
+	}
+	if !strings.Contains(progress.String(), a+"[0]") {
+		t.Fatalf("no progress line for %s[0]:\n%s", a, progress.String())
+	}
+
+	// A transactional source: refused, nothing of it written.
+	txn := prefix + "-txn"
+	if err := s.CreateTopic(ctx, txn, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, txn, 50)
+	tcl, err := kgo.NewClient(kgo.SeedBrokers(s.Addrs()...), kgo.TransactionalID(prefix+"-tx"), kgo.DefaultProduceTopic(txn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tcl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tcl.ProduceSync(ctx, &kgo.Record{Value: []byte("in a transaction")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tcl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	tcl.Close()
+	_, err = mirror.Once(ctx, e.mirrorConfig(txn))
+	if err == nil || !strings.Contains(err.Error(), "transactional batch at offset 50") {
+		t.Fatalf("a transactional source: %v", err)
+	}
+	if d := count(ctx, t, e.pair.Dest, txn)[0]; d[1] != 50 {
+		t.Fatalf("the destination holds %v of the transactional topic, want the 50 records before the transaction", d)
+	}
+
+	// A source topic deleted and recreated while the mirror follows it.
+	fctx, fcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := mirror.Follow(fctx, e.mirrorConfig(a))
+		done <- err
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for count(ctx, t, e.pair.Dest, a)[0][1] < 200 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	sadm, _ := s.Admin()
+	defer sadm.Close()
+	if _, err := sadm.DeleteTopics(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if err := s.CreateTopic(ctx, a, 2, 2, nil); err == nil {
+			break
+		} else if i == 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	produceSource(ctx, t, s, a, 300)
+	var ferr error
+	select {
+	case ferr = <-done:
+	case <-time.After(90 * time.Second):
+		fcancel()
+		ferr = <-done
+	}
+	fcancel()
+	if !errors.Is(ferr, mirror.ErrSourceBackwards) {
+		t.Fatalf("following a recreated source: %v", ferr)
+	}
+	t.Logf("follow ended: %v", ferr)
+	if d := count(ctx, t, e.pair.Dest, a)[0]; d[1] > 200 {
+		t.Fatalf("the mirror took records of the recreated topic: %v", d)
+	}
+	// And a new run refuses it at once.
+	if _, err := mirror.Once(ctx, e.mirrorConfig(a)); !errors.Is(err, mirror.ErrSourceBackwards) {
+		t.Fatalf("a run after the source was recreated: %v", err)
+	}
+}
