@@ -50,7 +50,7 @@ type Catalog struct {
 	byName map[string]TopicID
 	byID   map[TopicID]string
 	marks  map[TopicID]*rules.Mark
-	live   atomic.Int64 // live marks: read on every Fetch, so without the lock
+	live   atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
 
 	ready chan struct{}
 }
@@ -174,18 +174,14 @@ func (c *Catalog) apply(r *kgo.Record) {
 	c.mu.Unlock()
 }
 
-// count recounts the live marks; the caller holds the write lock.
+// count recounts the marks, live or removed (a promoted topic keeps its source view); the
+// caller holds the write lock.
 func (c *Catalog) count() {
-	n := 0
-	for _, m := range c.marks {
-		if !m.Removed {
-			n++
-		}
-	}
-	c.live.Store(int64(n))
+	c.live.Store(int64(len(c.marks)))
 }
 
-// HasMirrors reports whether any live mark exists. It takes no lock.
+// HasMirrors reports whether any mirror topic exists or ever existed (promoted topics keep
+// their source view). It takes no lock.
 func (c *Catalog) HasMirrors() bool { return c.live.Load() > 0 }
 
 func parseID(s string) (TopicID, error) {
@@ -271,14 +267,15 @@ func (c *Catalog) Marks() []rules.Mark {
 	return out
 }
 
-// Mirrors lists the mirror topics whose names are known.
+// Mirrors lists the mirror topics whose names are known, and the promoted ones (with a nil
+// Mark): both have a source view.
 func (c *Catalog) Mirrors() []Topic {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []Topic
 	for id, m := range c.marks {
-		if name, ok := c.byID[id]; ok && !m.Removed {
-			out = append(out, Topic{Name: name, ID: id, Mark: m})
+		if name, ok := c.byID[id]; ok {
+			out = append(out, Topic{Name: name, ID: id, Mark: live(m)})
 		}
 	}
 	return out

@@ -10,15 +10,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"offsetgate/internal/realclients"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
 	"offsetgate/rules"
 )
 
-// Promotion with producers moved: producers write to the source while the mirror follows and a
-// consumer reads through offsetgate; the producers stop, the mirror catches up and stops, the
+// Promotion with producers moved: producers write to the source while the mirror follows and
+// consumers read through offsetgate; the producers stop, the mirror catches up and stops, the
 // topic is promoted through offsetgate, the producers start again against offsetgate. The
-// consumer, which never stopped, reads every record once with no jump in offsets.
+// consumers (franz-go and the Java client), which never stopped, read every record once with no
+// jump in offsets, also with a shift (the source's log start moved before the mirror began)
+// and a source leader epoch above zero.
 func TestPromotionMovesProducers(t *testing.T) {
 	prefix := testkafka.Names(t, "pm")
 	e := newEnv(t, prefix, nil)
@@ -65,12 +68,52 @@ func TestPromotionMovesProducers(t *testing.T) {
 		}
 	}()
 
+	// A shift and a source epoch above zero.
+	produceTo(s.Addrs(), 0, 150)
+	sadm, _ := s.Admin()
+	defer sadm.Close()
+	if _, err := sadm.DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	leader, _, err := s.Leader(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MoveLeader(ctx, topic, 0, 3-leader); err != nil {
+		t.Fatal(err)
+	}
 	mctx, stopMirror := context.WithCancel(ctx)
 	mdone := make(chan error, 1)
-	go func() { _, err := mirror.Follow(mctx, e.mirrorConfig(topic)); mdone <- err }()
-	produceTo(s.Addrs(), 0, 300)
+	mcfg := e.mirrorConfig(topic)
+	mcfg.GroupInterval = 200 * time.Millisecond // the log start follows the source's quickly
+	go func() { _, err := mirror.Follow(mctx, mcfg); mdone <- err }()
+	ocl, _ := kgo.NewClient(kgo.SeedBrokers(px))
+	defer ocl.Close()
+	waitUntil(t, time.Minute, func() bool {
+		st, err := kadm.NewClient(ocl).ListStartOffsets(ctx, topic)
+		o, _ := st.Lookup(topic, 0)
+		return err == nil && o.Offset == 100
+	})
+	type jres struct {
+		recs []realclients.Record
+		err  error
+	}
+	jdone := make(chan jres, 1)
+	go func() {
+		r, err := realclients.JavaConsumeSlow(ctx, px, topic, 400, 120000, "", 20, 100)
+		jdone <- jres{r, err}
+	}()
+	produceTo(s.Addrs(), 150, 150)
 	// The producers stop on the source; the mirror catches up and stops.
-	waitUntil(t, time.Minute, func() bool { return count(ctx, t, e.pair.Dest, topic)[0][1] == 300 })
+	src := count(ctx, t, s, topic)[0]
+	waitUntil(t, time.Minute, func() bool {
+		el, err := kadm.NewClient(ocl).ListEndOffsets(ctx, topic)
+		o, _ := el.Lookup(topic, 0)
+		return err == nil && o.Offset == src[1]
+	})
+	if d := count(ctx, t, e.pair.Dest, topic)[0]; d[1] == src[1] {
+		t.Fatalf("no shift: D ends at %d like the source", d[1])
+	}
 	stopMirror()
 	if err := <-mdone; err != nil {
 		t.Fatalf("mirror: %v", err)
@@ -82,8 +125,6 @@ func TestPromotionMovesProducers(t *testing.T) {
 		t.Fatalf("promotion: %v %+v", err, res)
 	}
 	// The consumers' instance follows the marks; then the producers move to offsetgate.
-	ocl, _ := kgo.NewClient(kgo.SeedBrokers(px))
-	defer ocl.Close()
 	waitUntil(t, 30*time.Second, func() bool {
 		rc, err := kadm.NewClient(ocl).DescribeTopicConfigs(ctx, topic)
 		if err != nil {
@@ -97,15 +138,39 @@ func TestPromotionMovesProducers(t *testing.T) {
 		return true
 	})
 	produceTo([]string{px}, 300, 200)
-	waitUntil(t, time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 500 })
+	waitUntil(t, time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 400 })
 	stopConsumer()
 	<-cdone
+	// Every record's value names its source offset: m<offset>.
 	for i, r := range got {
-		if r.Offset != int64(i) || r.Value != fmt.Sprintf("m%d", i) {
-			t.Fatalf("record %d through offsetgate: %+v (a jump, a gap or a repeat across the promotion)", i, r)
+		if r.Offset != int64(100+i) || r.Value != fmt.Sprintf("m%d", r.Offset) {
+			t.Fatalf("franz-go record %d through offsetgate: %+v (a jump, a gap or a repeat across the promotion)", i, r)
+		}
+		if i > 0 && r.Epoch < got[i-1].Epoch {
+			t.Fatalf("franz-go record %d: leader epoch went from %d to %d", i, got[i-1].Epoch, r.Epoch)
 		}
 	}
-	if len(got) != 500 {
-		t.Fatalf("the consumer read %d records, want 500", len(got))
+	if len(got) != 400 {
+		t.Fatalf("the consumer read %d records, want 400", len(got))
+	}
+	var jr jres
+	select {
+	case jr = <-jdone:
+	case <-ctx.Done():
+		t.Fatal("the Java consumer did not finish")
+	}
+	if jr.err != nil {
+		t.Fatalf("Java consumer across the promotion: %v", jr.err)
+	}
+	for i, r := range jr.recs {
+		if r.Offset != int64(100+i) || r.Value != fmt.Sprintf("m%d", r.Offset) {
+			t.Fatalf("Java record %d through offsetgate: %+v", i, r)
+		}
+		if i > 0 && r.Epoch < jr.recs[i-1].Epoch {
+			t.Fatalf("Java record %d: leader epoch went from %d to %d", i, jr.recs[i-1].Epoch, r.Epoch)
+		}
+	}
+	if jr.recs[0].Epoch != 0 || jr.recs[len(jr.recs)-1].Epoch < 1 {
+		t.Fatalf("Java saw epochs %d..%d: the test needs a source epoch change", jr.recs[0].Epoch, jr.recs[len(jr.recs)-1].Epoch)
 	}
 }

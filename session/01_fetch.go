@@ -19,6 +19,8 @@ package session
 // hold destination offsets, consistently, because every offset a client sends is translated.
 
 import (
+	"encoding/binary"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
@@ -49,9 +51,9 @@ func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) 
 			t := &resp.Topics[i]
 			var info *catalog.Topic
 			if version >= 13 {
-				info = s.mirrorByID(t.TopicID)
+				info = s.sourceTopicByID(t.TopicID)
 			} else {
-				info = s.mark(t.Topic)
+				info = s.sourceTopic(t.Topic)
 			}
 			if info == nil {
 				continue
@@ -67,7 +69,7 @@ func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) 
 					p.ErrorCode = 6 // NOT_LEADER_OR_FOLLOWER: the client refreshes and retries
 					continue
 				}
-				if !restorePartition(pv, p) {
+				if !restorePartition(pv, p, info.Mark == nil) {
 					s.noteStale(mirrorPart{*info, p.Partition})
 				}
 			}
@@ -106,9 +108,9 @@ func fetchRequest(s *Session, r *request) error {
 	}
 	topicOf := func(t *kmsg.FetchRequestTopic) *catalog.Topic {
 		if byID {
-			return s.mirrorByID(t.TopicID)
+			return s.sourceTopicByID(t.TopicID)
 		}
-		return s.mark(t.Topic)
+		return s.sourceTopic(t.Topic)
 	}
 	for i := range req.Topics {
 		t := &req.Topics[i]
@@ -154,8 +156,11 @@ func fetchRequest(s *Session, r *request) error {
 }
 
 // restorePartition turns one partition of D's fetch answer into the source's.
-// It reports false when D held a batch the index does not know yet.
-func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition) bool {
+// It reports false when D held a batch the index does not know yet. For a promoted topic the
+// batches written after the mirror (by ordinary producers) are served in the source's terms too:
+// offsets shifted as the last mirrored batch was, epochs above every source epoch served (the
+// presented space), so consumers go on across the promotion without a jump.
+func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted bool) bool {
 	p.HighWatermark = pv.ToSource(p.HighWatermark)
 	p.LastStableOffset = pv.ToSource(p.LastStableOffset)
 	p.LogStartOffset = pv.ToSource(p.LogStartOffset)
@@ -173,6 +178,19 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition) b
 		}
 		b := recs[off : off+h.Size()]
 		e, ok := pv.At(h.BaseOffset)
+		if !ok && promoted && h.BaseOffset >= pv.DestEnd() {
+			off += h.Size()
+			binary.BigEndian.PutUint64(b[0:], uint64(pv.ToSource(h.BaseOffset)))
+			if h.LeaderEpoch >= 0 {
+				binary.BigEndian.PutUint32(b[12:], uint32(h.LeaderEpoch+pv.EpochBase()))
+			}
+			if out != nil {
+				out = append(out, b...)
+			} else {
+				keptEnd = off
+			}
+			continue
+		}
 		if !ok {
 			// D holds a batch the index has not seen yet: serve what comes before it and
 			// refresh the index before this partition's next fetch.

@@ -41,7 +41,7 @@ func listOffsetsRequest(s *Session, r *request) error {
 	}
 	var parts []mirrorPart
 	for _, t := range req.Topics {
-		if info := s.mark(t.Topic); info != nil {
+		if info := s.sourceTopic(t.Topic); info != nil {
 			for _, p := range t.Partitions {
 				parts = append(parts, mirrorPart{*info, p.Partition})
 			}
@@ -61,7 +61,7 @@ func listOffsetsRequest(s *Session, r *request) error {
 	asks := map[shiftKey]asked{}
 	for i := range req.Topics {
 		t := &req.Topics[i]
-		info := s.mark(t.Topic)
+		info := s.sourceTopic(t.Topic)
 		if info == nil {
 			continue
 		}

@@ -46,9 +46,9 @@ func metadataRequest(s *Session, r *request) error {
 		for _, t := range req.Topics {
 			var info *catalog.Topic
 			if t.Topic != nil {
-				info = s.mark(*t.Topic)
+				info = s.sourceTopic(*t.Topic)
 			} else {
-				info = s.mirrorByID(t.TopicID)
+				info = s.sourceTopicByID(t.TopicID)
 			}
 			if info != nil {
 				topics = append(topics, *info)
@@ -82,7 +82,7 @@ func rewriteMetadata(s *Session, version int16, body []byte) ([]byte, bool, erro
 			if t.Topic == nil || t.ErrorCode != 0 {
 				continue
 			}
-			info := s.mark(*t.Topic)
+			info := s.sourceTopic(*t.Topic)
 			if info == nil {
 				continue
 			}

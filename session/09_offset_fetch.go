@@ -48,12 +48,12 @@ func offsetFetchRequest(s *Session, r *request) error {
 		topics = s.cfg.Catalog.Mirrors()
 	}
 	for _, n := range names {
-		if info := s.mark(n); info != nil {
+		if info := s.sourceTopic(n); info != nil {
 			topics = append(topics, *info)
 		}
 	}
 	for _, id := range ids {
-		if info := s.mirrorByID(id); info != nil {
+		if info := s.sourceTopicByID(id); info != nil {
 			topics = append(topics, *info)
 		}
 	}
@@ -71,7 +71,7 @@ func offsetFetchRequest(s *Session, r *request) error {
 		if v < 8 {
 			for i := range resp.Topics {
 				t := &resp.Topics[i]
-				info := s.mark(t.Topic)
+				info := s.sourceTopic(t.Topic)
 				if info == nil {
 					continue
 				}

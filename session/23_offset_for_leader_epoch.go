@@ -34,7 +34,7 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 	}
 	var parts []mirrorPart
 	for _, t := range req.Topics {
-		if info := s.mark(t.Topic); info != nil {
+		if info := s.sourceTopic(t.Topic); info != nil {
 			for _, p := range t.Partitions {
 				parts = append(parts, mirrorPart{*info, p.Partition})
 			}
@@ -47,13 +47,15 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 		return nil
 	}
 	type asked struct {
-		pv    *view.Partition
-		epoch int32
+		pv       *view.Partition
+		epoch    int32
+		base     int32
+		promoted bool
 	}
 	asks := map[shiftKey]asked{}
 	for i := range req.Topics {
 		t := &req.Topics[i]
-		info := s.mark(t.Topic)
+		info := s.sourceTopic(t.Topic)
 		if info == nil {
 			continue
 		}
@@ -63,8 +65,14 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 			if pv == nil {
 				return errViewUnavailable(t.Topic, p.Partition)
 			}
-			asks[shiftKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch}
-			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, pv.EpochBase())
+			base := pv.EpochBase()
+			asks[shiftKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch, base, info.Mark == nil}
+			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
+			if info.Mark == nil && p.LeaderEpoch >= base {
+				// Promoted: epochs from the base on are D's epochs in the presented space, and D
+				// knows where they end (records written after the promotion included).
+				p.LeaderEpoch -= base
+			}
 		}
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
@@ -79,6 +87,10 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 				p := &t.Partitions[j]
 				a, ok := asks[shiftKey{t.Topic, p.Partition}]
 				if !ok || p.ErrorCode != 0 {
+					continue
+				}
+				if a.promoted && a.epoch >= a.base && p.LeaderEpoch >= 0 && p.EndOffset >= 0 {
+					p.LeaderEpoch, p.EndOffset = p.LeaderEpoch+a.base, a.pv.ToSource(p.EndOffset)
 					continue
 				}
 				p.LeaderEpoch, p.EndOffset = a.pv.EpochEnd(a.epoch)

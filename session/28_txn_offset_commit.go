@@ -28,7 +28,7 @@ func txnOffsetCommitRequest(s *Session, r *request) error {
 	}
 	var topics []catalog.Topic
 	for _, t := range req.Topics {
-		if info := s.mark(t.Topic); info != nil {
+		if info := s.sourceTopic(t.Topic); info != nil {
 			topics = append(topics, *info)
 		}
 	}
@@ -40,7 +40,7 @@ func txnOffsetCommitRequest(s *Session, r *request) error {
 	}
 	for i := range req.Topics {
 		t := &req.Topics[i]
-		info := s.mark(t.Topic)
+		info := s.sourceTopic(t.Topic)
 		if info == nil {
 			continue
 		}

@@ -17,10 +17,10 @@ import (
 // commitTopic finds a mirror topic named by name (old versions) or id (newer ones).
 func (s *Session) commitTopic(name string, id catalog.TopicID) *catalog.Topic {
 	if name != "" {
-		return s.mark(name)
+		return s.sourceTopic(name)
 	}
 	if id != (catalog.TopicID{}) {
-		return s.mirrorByID(id)
+		return s.sourceTopicByID(id)
 	}
 	return nil
 }

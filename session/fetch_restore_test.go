@@ -62,7 +62,7 @@ func TestRestorePartition(t *testing.T) {
 	partial := onD(c, 12, 2)
 	recs = append(recs, partial[:len(partial)-5]...)
 	p := kmsg.FetchResponseTopicPartition{HighWatermark: 16, LastStableOffset: 16, LogStartOffset: 0, RecordBatches: recs}
-	if !restorePartition(pv, &p) {
+	if !restorePartition(pv, &p, false) {
 		t.Fatal("restore reported an unknown batch")
 	}
 	want := append(append([]byte(nil), a...), b...)
@@ -76,7 +76,7 @@ func TestRestorePartition(t *testing.T) {
 	// A batch the index has not seen: served up to it, the index marked stale.
 	unknown := srcBatch(116, 1, 6)
 	p = kmsg.FetchResponseTopicPartition{HighWatermark: 17, RecordBatches: append(onD(c, 12, 2), onD(unknown, 16, 2)...)}
-	if restorePartition(pv, &p) {
+	if restorePartition(pv, &p, false) {
 		t.Fatal("an unknown batch was not reported")
 	}
 	if string(p.RecordBatches) != string(c) || !pv.NeedsRefresh() {
@@ -84,8 +84,32 @@ func TestRestorePartition(t *testing.T) {
 	}
 	// Fillers only: nothing.
 	p = kmsg.FetchResponseTopicPartition{HighWatermark: 16, RecordBatches: filler}
-	restorePartition(pv, &p)
+	restorePartition(pv, &p, false)
 	if len(p.RecordBatches) != 0 {
 		t.Fatalf("a fillers-only answer gave %d bytes", len(p.RecordBatches))
+	}
+}
+
+// After promotion, batches written by ordinary producers beyond the ledger are served shifted
+// like the last mirrored batch, with epochs in the presented space; before the ledger's end an
+// unknown batch still ends the records.
+func TestRestorePromoted(t *testing.T) {
+	a := srcBatch(100, 3, 5)
+	pv := view.NewPartition([]ledger.Entry{entry(a, 0)})
+	after := srcBatch(0, 2, 1) // as an ordinary producer's batch lands on D: D offset 3, D epoch 1
+	binary.BigEndian.PutUint64(after[0:], 3)
+	p := kmsg.FetchResponseTopicPartition{HighWatermark: 5, RecordBatches: append(onD(a, 0, 1), after...)}
+	if !restorePartition(pv, &p, true) {
+		t.Fatal("a batch after the ledger's end was taken for an unknown one")
+	}
+	bs, hs, err := batch.Split(p.RecordBatches)
+	if err != nil || len(bs) != 2 {
+		t.Fatalf("%d batches, %v", len(bs), err)
+	}
+	if hs[1].BaseOffset != 103 || hs[1].LeaderEpoch != 6 || !batch.Valid(bs[1]) {
+		t.Fatalf("batch after promotion: base %d epoch %d valid %v; want 103, 6 (5 + 1), valid", hs[1].BaseOffset, hs[1].LeaderEpoch, batch.Valid(bs[1]))
+	}
+	if p.HighWatermark != 105 {
+		t.Fatalf("high watermark %d, want 105", p.HighWatermark)
 	}
 }

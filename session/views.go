@@ -90,13 +90,26 @@ func toDestEpoch(e, base int32) int32 {
 	return -2
 }
 
-// mirrorTopicByID finds a mirror topic by id.
-func (s *Session) mirrorByID(id catalog.TopicID) *catalog.Topic {
+// sourceTopic finds a topic with a source view by name: a mirror topic, or one promoted from
+// it (Mark nil), whose consumers keep the source's offsets and epochs after promotion.
+func (s *Session) sourceTopic(name string) *catalog.Topic {
+	if s.cfg.Catalog == nil {
+		return nil
+	}
+	t, ok := s.cfg.Catalog.ByName(name)
+	if !ok || (t.Mark == nil && !s.cfg.Catalog.Removed(t.ID)) {
+		return nil
+	}
+	return &t
+}
+
+// sourceTopicByID is sourceTopic by topic id.
+func (s *Session) sourceTopicByID(id catalog.TopicID) *catalog.Topic {
 	if s.cfg.Catalog == nil {
 		return nil
 	}
 	t, ok := s.cfg.Catalog.ByID(id)
-	if !ok || t.Mark == nil {
+	if !ok || (t.Mark == nil && !s.cfg.Catalog.Removed(t.ID)) {
 		return nil
 	}
 	return &t

@@ -251,6 +251,16 @@ func (p *Partition) EpochEnd(epoch int32) (int32, int64) {
 	return p.epochs[i-1].epoch, p.epochs[i].src
 }
 
+// DestEnd is the destination offset after the last entry (-1 when nothing is mirrored).
+func (p *Partition) DestEnd() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if n := len(p.entries); n > 0 {
+		return p.entries[n-1].end()
+	}
+	return -1
+}
+
 // End is the mirrored end in source offsets (-1 when nothing is mirrored).
 func (p *Partition) End() int64 {
 	p.mu.RLock()
