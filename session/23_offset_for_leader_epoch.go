@@ -43,6 +43,17 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 	if len(parts) == 0 {
 		return nil
 	}
+	if !r.viewed {
+		// The answer for the latest epoch is the mirrored end: an index behind D would make a
+		// consumer at the true end think the log was truncated (KIP-320) and rewind. These
+		// requests are rare (a consumer validating after a leader change), so the index is read
+		// up to the ledger's end first.
+		for _, p := range parts {
+			if pv := s.partView(p.t, p.partition); pv != nil {
+				pv.Stale()
+			}
+		}
+	}
 	if !s.viewed(r, parts, nil, offsetForLeaderEpochRequest) {
 		return nil
 	}
