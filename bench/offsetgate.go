@@ -31,6 +31,12 @@ type ogProc struct {
 // startOffsetgate runs `offsetgate serve` (gnet transport) in front of dest on loopback ports
 // it picks, and waits until it is ready and every broker listener accepts.
 func startOffsetgate(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name string) (*ogProc, error) {
+	return startOffsetgateWith(ctx, bin, dest, logDir, name, "")
+}
+
+// startOffsetgateWith is startOffsetgate with a configuration file (TLS, approved mirroring
+// clients); its transport is then what the file implies.
+func startOffsetgateWith(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name, configPath string) (*ogProc, error) {
 	base, err := freeBase(dest)
 	if err != nil {
 		return nil, err
@@ -49,8 +55,14 @@ func startOffsetgate(ctx context.Context, bin string, dest *testkafka.Cluster, l
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(bin, "serve", "--bootstrap", dest.Bootstrap(), "--listen", p.listen,
-		"--admin", p.admin, "--transport", "gnet", "--log-format", "json", "--log-level", "warn")
+	args := []string{"serve", "--bootstrap", dest.Bootstrap(), "--listen", p.listen,
+		"--admin", p.admin, "--log-format", "json", "--log-level", "warn"}
+	if configPath != "" {
+		args = append(args, "--config", configPath)
+	} else {
+		args = append(args, "--transport", "gnet")
+	}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

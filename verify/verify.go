@@ -36,6 +36,8 @@ type Config struct {
 	Partitions    []int32 // empty: all
 	Level         Level
 	MaxBytes      int32 // per fetch; 0: 1 MiB
+	// CopyName names the second side in reports (default "through offsetgate").
+	CopyName string
 }
 
 // Difference is the first place the two sides differ.
@@ -44,10 +46,15 @@ type Difference struct {
 	Field  string // the header field, "records", or a record's field
 	Source string
 	Proxy  string
+	copy   string
 }
 
 func (d *Difference) String() string {
-	return fmt.Sprintf("first difference at offset %d, %s: source %s, through offsetgate %s", d.Offset, d.Field, d.Source, d.Proxy)
+	name := d.copy
+	if name == "" {
+		name = "through offsetgate"
+	}
+	return fmt.Sprintf("first difference at offset %d, %s: source %s, %s %s", d.Offset, d.Field, d.Source, name, d.Proxy)
 }
 
 // Result is one partition's outcome.
@@ -119,6 +126,9 @@ func Run(ctx context.Context, cfg Config, report func(Result)) ([]Result, error)
 		default:
 			r.From, r.To, r.Tail = max(sStart[p], pStart[p]), min(se, pe), max(se-pe, 0)
 			r.Err = compare(ctx, cfg, &r)
+			if r.Diff != nil {
+				r.Diff.copy = cfg.CopyName
+			}
 			if r.Err == nil && r.Diff == nil && r.Batches == 0 {
 				r.Err = ErrNothing
 			}

@@ -39,12 +39,14 @@ func main() {
 		err = chart(args)
 	case "fetch":
 		err = fetch(args)
+	case "mm2":
+		err = mm2(args)
 	case "relay":
 		err = bench.RelayMain(args, os.Stdout)
 	case "help":
-		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
+		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
 	default:
-		err = fmt.Errorf("unknown command %q (run, chart, fetch, relay)", cmd)
+		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, relay)", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"offsetgate/bench"
+	"offsetgate/internal/testkafka"
+)
+
+// mm2 runs the comparison with MirrorMaker 2 (bench.RunMM2).
+func mm2(args []string) error {
+	fs := flag.NewFlagSet("mm2", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "short run for CI: 16 MiB, 3 s of paced production")
+	clusters := fs.String("clusters", "", "state file from scripts/kafka: use its source and destination clusters")
+	ogBin := fs.String("offsetgate", "bin/offsetgate", "offsetgate binary")
+	mib := fs.Int("mib", 0, "MiB of record payload in the data set (default 256, quick 16)")
+	size := fs.Int("size", 1024, "record size in bytes")
+	parts := fs.Int("partitions", 4, "partitions (MirrorMaker 2's tasks.max)")
+	lagRate := fs.Float64("lag-mbps", 2, "paced producer rate for the lag measurement, MB/s")
+	lagSecs := fs.Float64("lag-seconds", 0, "how long the paced producer runs (default 15, quick 3)")
+	out := fs.String("out", "", "JSON report (default docs/bench/mm2-DATE.json, quick docs/bench/tmp/mm2-quick-DATE.json)")
+	svg := fs.String("svg", "", "SVG chart (default docs/bench/mm2.svg; quick: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	mode := "full"
+	if *quick {
+		mode = "quick"
+	}
+	if *mib == 0 {
+		*mib = 256
+		if *quick {
+			*mib = 16
+		}
+	}
+	if *lagSecs == 0 {
+		*lagSecs = 15
+		if *quick {
+			*lagSecs = 3
+		}
+	}
+	date := time.Now().Format("2006-01-02")
+	docs := "docs/bench"
+	if root, err := testkafka.RepoRoot(); err == nil {
+		docs = filepath.Join(root, "docs", "bench")
+	}
+	if *out == "" {
+		*out = filepath.Join(docs, "mm2-"+date+".json")
+		if *quick {
+			*out = filepath.Join(docs, "tmp", "mm2-quick-"+date+".json")
+		}
+	}
+	if *svg == "" && !*quick {
+		*svg = filepath.Join(docs, "mm2.svg")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var src, dst *testkafka.Cluster
+	if *clusters != "" {
+		pair, err := testkafka.Load(ctx, *clusters)
+		if err != nil {
+			return err
+		}
+		src, dst = pair.Source, pair.Dest
+	} else {
+		for _, name := range []string{"bench-source", "bench-dest"} {
+			opts := testkafka.Options{Name: name, Brokers: 2, ExtraConfig: map[string]string{"log.segment.delete.delay.ms": "1000"}}
+			if d, ok := tmpfsDir(); ok {
+				opts.Dir = d
+				defer os.RemoveAll(d)
+			}
+			c, err := testkafka.Start(ctx, opts)
+			if err != nil {
+				return err
+			}
+			defer c.Stop()
+			if src == nil {
+				src = c
+			} else {
+				dst = c
+			}
+		}
+	}
+	logDir, err := os.MkdirTemp("", "ogbench-mm2-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(logDir)
+	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, Mode: mode,
+		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs,
+		LogDir: logDir, Progress: os.Stderr})
+	if rep == nil {
+		return runErr
+	}
+	if runErr != nil {
+		*out = strings.TrimSuffix(*out, ".json") + "-failed.json"
+		*svg = ""
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return errors.Join(runErr, err)
+	}
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if props, err := os.ReadFile(filepath.Join(logDir, "mm2.properties")); err == nil && !*quick {
+		_ = os.WriteFile(filepath.Join(docs, "mm2.properties"), props, 0o644)
+	}
+	if *svg != "" {
+		if err := bench.WriteMM2SVG(*svg, rep); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
+	fmt.Printf("\n%-14s %10s %12s %12s %10s %10s %10s\n", "tool", "MB/s", "records/s", "CPU s/GB", "lag p50", "lag p99", "start s")
+	for _, r := range rep.Results {
+		fmt.Printf("%-14s %10.1f %12.0f %12.2f %8.0fms %8.0fms %10.2f\n", r.Tool, r.MBps, r.RecordsPerS, r.CPUPerGB, r.LagP50Ms, r.LagP99Ms, r.FirstSeconds)
+	}
+	for _, r := range rep.Results {
+		fmt.Printf("%s verify: %s\n", r.Tool, r.Verify)
+	}
+	fmt.Printf("offsetgate / MirrorMaker 2 throughput: %.2f (target >= 2)\nraw numbers: %s\n", rep.Ratio, *out)
+	return runErr
+}
