@@ -154,7 +154,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	topics, err := resolveTopics(ctx, sadm, cfg.Topics, cfg.TopicRegex)
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, &InputError{err}
 	}
 	cfg.Topics = topics
 	var jobs []job
@@ -166,7 +166,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			return err
 		})
 		if err != nil {
-			return Summary{}, err
+			return Summary{}, &InputError{err}
 		}
 		for p := int32(0); p < n; p++ {
 			jobs = append(jobs, job{topic, p})
@@ -294,6 +294,14 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	return sum, nil
 }
+
+// InputError is a run refused before anything was written: an unreachable cluster, a missing
+// topic, a destination topic that is not a mirror topic or has another partition count, a
+// source recreated since the mirror began.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
 
 // retry runs an administrative call again after connection failures (a lost connection to
 // offsetgate or the source must not end a long mirroring run); refusals are not retried.

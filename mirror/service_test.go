@@ -34,6 +34,28 @@ func TestMirrorService(t *testing.T) {
 		produceSource(ctx, t, s, topic, 200)
 	}
 
+	// Bad input: a missing source topic, a destination topic that is not a mirror topic, a
+	// partition count that differs. Refused before anything is written.
+	plain := prefix + "-plain"
+	if err := s.CreateTopic(ctx, plain, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pair.Dest.CreateTopic(ctx, plain, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, plain, 10)
+	for name, topic := range map[string]string{"missing": prefix + "-missing", "not a mirror topic": plain} {
+		_, err := mirror.Once(ctx, e.mirrorConfig(topic))
+		var ie *mirror.InputError
+		if !errors.As(err, &ie) {
+			t.Fatalf("%s: %v, want an input error", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	if d := count(ctx, t, e.pair.Dest, plain); d[0][1]+d[1][1] != 0 {
+		t.Fatalf("something was written to %s: %v", plain, d)
+	}
+
 	// --topic-regex, metrics, progress.
 	reg := prometheus.NewRegistry()
 	var progress bytes.Buffer

@@ -25,6 +25,7 @@ import (
 	"offsetgate/proxy"
 	"offsetgate/rules"
 	ogtls "offsetgate/tls"
+	"offsetgate/verify"
 )
 
 // runDemo runs the whole journey on embedded clusters (kfake, in process): a producer writes
@@ -239,6 +240,28 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if diff != "" {
 		say("MISMATCH: %s", diff)
 		return 1
+	}
+	// The prover, as `offsetgate verify` runs it: raw batches from the source and through
+	// offsetgate, every header field and the records.
+	vsrc, err := kgo.NewClient(kgo.SeedBrokers(src.ListenAddrs()...))
+	if err != nil {
+		return fail("verify", err)
+	}
+	defer vsrc.Close()
+	vpx, err := kgo.NewClient(kgo.SeedBrokers(ogAddr), tlsFor(nil))
+	if err != nil {
+		return fail("verify", err)
+	}
+	defer vpx.Close()
+	vres, err := verify.Run(ctx, verify.Config{Source: vsrc, Proxy: vpx, Topic: topic}, func(r verify.Result) { say("verify: %s", r.Line(topic)) })
+	if err != nil {
+		return fail("verify", err)
+	}
+	for _, r := range vres {
+		if r.Err != nil || r.Diff != nil {
+			say("VERIFY FAILED for partition %d", r.Partition)
+			return 1
+		}
 	}
 	repeated := 0
 	for _, c := range seen {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ import (
 const (
 	exitOK       = 0
 	exitMirror   = 1 // a partition could not be mirrored (the message says which and why)
-	exitUsage    = 2 // bad flags
+	exitUsage    = 2 // bad flags or input (nothing was written)
 	exitInternal = 3
 )
 
@@ -55,7 +56,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	saslPassFile := fs.String("sasl-password-file", "", "file holding the SASL password (or OFFSETGATE_SASL_PASSWORD)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT (--topics T[,T...] | --topic-regex R) [--groups REGEX] [--once] [identity flags]")
-		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition failed (see the message), 2 bad usage, 3 internal error.")
+		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition stopped (see the message), 2 bad usage or input (nothing written), 3 internal error.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
@@ -143,6 +144,11 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		len(sum.Partitions), batches, records, bytes, sum.Elapsed.Round(time.Millisecond))
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate mirror:", err)
+		var ie *mirror.InputError
+		if errors.As(err, &ie) {
+			fmt.Fprintln(stderr, "offsetgate mirror: nothing was written")
+			return exitUsage
+		}
 		return exitMirror
 	}
 	return exitOK
