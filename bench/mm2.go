@@ -53,16 +53,16 @@ type MirrorResult struct {
 	// FirstSeconds until it held the first one (start-up).
 	Seconds      float64 `json:"seconds"`
 	FirstSeconds float64 `json:"first_record_seconds"`
-	MBps         float64 `json:"mb_per_s"`         // payload MB over Seconds
-	SteadyMBps   float64 `json:"steady_mb_per_s"`  // payload MB over Seconds - FirstSeconds
-	RecordsPerS  float64 `json:"records_per_s"`    // over Seconds
-	CPUSeconds   float64 `json:"cpu_s"`            // the tool's processes
-	CPUPerGB     float64 `json:"cpu_s_per_gb"`     // CPUSeconds per GB of payload
-	LagP50Ms     float64 `json:"lag_p50_ms"`       // paced phase: record create time to consumed on D
-	LagP99Ms     float64 `json:"lag_p99_ms"`       //
-	LagMaxMs     float64 `json:"lag_max_ms"`       //
-	LagRecords   int     `json:"lag_records"`      //
-	Verify       string  `json:"verify"`           // verify's line for the copied topic
+	MBps         float64 `json:"mb_per_s"`          // payload MB over Seconds
+	SteadyMBps   float64 `json:"steady_mb_per_s"`   // payload MB over Seconds - FirstSeconds
+	RecordsPerS  float64 `json:"records_per_s"`     // over Seconds
+	CPUSeconds   float64 `json:"cpu_s"`             // the tool's processes
+	CPUPerGB     float64 `json:"cpu_s_per_gb"`      // CPUSeconds per GB of payload
+	LagP50Ms     float64 `json:"lag_p50_ms"`        // paced phase: record create time to consumed on D
+	LagP99Ms     float64 `json:"lag_p99_ms"`        //
+	LagMaxMs     float64 `json:"lag_max_ms"`        //
+	LagRecords   int     `json:"lag_records"`       //
+	Verify       string  `json:"verify"`            // verify's line for the copied topic
 	FirstOffset  int64   `json:"first_offset_on_d"` // D's first offset (the source's log start is SourceLogStart)
 }
 

@@ -492,11 +492,18 @@ func TestSourceViewGroups(t *testing.T) {
 	}
 	pcl, _ := kgo.NewClient(kgo.SeedBrokers(px))
 	defer pcl.Close()
-	fo, err := kadm.NewClient(pcl).FetchOffsets(ctx, tgroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, _ := fo.Lookup(topic, 0)
+	// The group coordinator applies transactional offsets once the commit marker is written:
+	// wait for them.
+	var r kadm.OffsetResponse
+	waitUntil(t, 20*time.Second, func() bool {
+		fo, err := kadm.NewClient(pcl).FetchOffsets(ctx, tgroup)
+		if err != nil {
+			return false
+		}
+		var ok bool
+		r, ok = fo.Lookup(topic, 0)
+		return ok && r.At > 0
+	})
 	if r.At != want[done-1].Offset+1 || r.LeaderEpoch != want[done-1].Epoch {
 		t.Fatalf("transactional group committed %d (epoch %d) through offsetgate, want %d (epoch %d)", r.At, r.LeaderEpoch, want[done-1].Offset+1, want[done-1].Epoch)
 	}

@@ -189,7 +189,12 @@ func (s *Server) Run(ctx context.Context) error {
 		instance = host + "/" + s.cfg.Listen
 	}
 	led := ledger.New(wcl, opts)
-	s.view = view.New(led, wcl, s.log.Named("view"))
+	s.view = view.New(runCtx, led, wcl, s.log.Named("view"))
+	defer s.view.Wait()
+	// Warm every mirror topic's source view, so the first requests for them do not wait.
+	for _, t := range cat.Mirrors() {
+		s.view.Prefetch(t)
+	}
 	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance, Dial: s.dialOwn, OnEntries: s.view.Record},
 		wcl, led, s.log.Named("atoffset"), atoffset.NewMetrics(s.reg))
 	if s.cfg.Path != "" {

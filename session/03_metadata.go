@@ -8,9 +8,11 @@ package session
 //
 // Mirror topics' partitions get the presented leader epoch (the highest source epoch mirrored
 // plus D's leader epoch: see package view), so the epochs a consumer learns here, in batches
-// and in ListOffsets form one space that only rises. Their source views are loaded before the
-// request is forwarded; a partition whose view is still missing when the answer comes
-// (a topic created in between) is answered LEADER_NOT_AVAILABLE, which clients retry.
+// and in ListOffsets form one space that only rises. The source views of the mirror topics a
+// request concerns are loaded before it is forwarded (offsetgate starts loading every mirror
+// topic's in the background when it starts). A partition whose view is still missing when the
+// answer comes (a topic created in between) is answered LEADER_NOT_AVAILABLE, which clients
+// retry.
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -28,31 +30,35 @@ func metadataRequest(s *Session, r *request) error {
 	if err := req.ReadFrom(r.body); err != nil {
 		return nil
 	}
-	var topics []catalog.Topic
 	if req.Topics == nil || (r.h.version == 0 && len(req.Topics) == 0) {
-		topics = s.cfg.Catalog.Mirrors()
-	} else {
-		var names []string
-		for _, t := range req.Topics {
-			if t.Topic != nil {
-				names = append(names, *t.Topic)
-			}
+		// Every topic: every mirror topic's view is needed for the answer. offsetgate loads
+		// them in the background when it starts, so this waits only for the ones not loaded
+		// yet (an answer with LEADER_NOT_AVAILABLE instead would end up in clients' metadata
+		// caches and fail their admin calls).
+		s.viewed(r, nil, s.cfg.Catalog.Mirrors(), metadataRequest)
+		return nil
+	}
+	var names []string
+	for _, t := range req.Topics {
+		if t.Topic != nil {
+			names = append(names, *t.Topic)
 		}
-		// A mirror topic created through another instance a moment ago: learn its id first,
-		// so its view is loaded before the answer presents its epochs.
-		if !s.known(r, names, metadataRequest) {
-			return nil
+	}
+	// A mirror topic created through another instance a moment ago: learn its id first, so its
+	// view is loaded before the answer presents its epochs.
+	if !s.known(r, names, metadataRequest) {
+		return nil
+	}
+	var topics []catalog.Topic
+	for _, t := range req.Topics {
+		var info *catalog.Topic
+		if t.Topic != nil {
+			info = s.sourceTopic(*t.Topic)
+		} else {
+			info = s.sourceTopicByID(t.TopicID)
 		}
-		for _, t := range req.Topics {
-			var info *catalog.Topic
-			if t.Topic != nil {
-				info = s.sourceTopic(*t.Topic)
-			} else {
-				info = s.sourceTopicByID(t.TopicID)
-			}
-			if info != nil {
-				topics = append(topics, *info)
-			}
+		if info != nil {
+			topics = append(topics, *info)
 		}
 	}
 	s.viewed(r, nil, topics, metadataRequest)

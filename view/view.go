@@ -282,15 +282,47 @@ type View struct {
 	cl     *kgo.Client
 	log    *zap.Logger
 
-	mu     sync.Mutex
-	parts  map[key]*Partition
-	topics map[catalog.TopicID]bool // topics loaded whole
+	mu       sync.Mutex
+	parts    map[key]*Partition
+	topics   map[catalog.TopicID]bool // topics loaded whole
+	fetching map[catalog.TopicID]bool // topics being loaded in the background
+
+	ctx context.Context // ends background loads
+	wg  sync.WaitGroup
 }
 
-// New makes a view that reads ledgers with offsetgate's own client.
-func New(l *ledger.Ledger, cl *kgo.Client, log *zap.Logger) *View {
-	return &View{ledger: l, cl: cl, log: log, parts: map[key]*Partition{}, topics: map[catalog.TopicID]bool{}}
+// New makes a view that reads ledgers with offsetgate's own client; background loads stop
+// when ctx ends (Wait waits for them).
+func New(ctx context.Context, l *ledger.Ledger, cl *kgo.Client, log *zap.Logger) *View {
+	return &View{ledger: l, cl: cl, log: log, parts: map[key]*Partition{}, topics: map[catalog.TopicID]bool{},
+		fetching: map[catalog.TopicID]bool{}, ctx: ctx}
 }
+
+// Prefetch loads a mirror topic's partitions in the background, once: for requests that only
+// might concern it (a Metadata request for every topic), which must not wait for every ledger.
+func (v *View) Prefetch(t catalog.Topic) {
+	v.mu.Lock()
+	if v.topics[t.ID] || v.fetching[t.ID] {
+		v.mu.Unlock()
+		return
+	}
+	v.fetching[t.ID] = true
+	v.mu.Unlock()
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		err := v.LoadTopic(v.ctx, t)
+		v.mu.Lock()
+		delete(v.fetching, t.ID)
+		v.mu.Unlock()
+		if err != nil && v.ctx.Err() == nil {
+			v.log.Warn("source view: background load failed", zap.String("topic", t.Name), zap.Error(err))
+		}
+	}()
+}
+
+// Wait waits for the background loads (after their context ended).
+func (v *View) Wait() { v.wg.Wait() }
 
 func (v *View) part(id catalog.TopicID, partition int32) *Partition {
 	v.mu.Lock()
