@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"offsetgate/bench"
-	"offsetgate/internal/testkafka"
 )
 
 // fetch runs the source-view fetch benchmark (bench.RunFetch).
@@ -48,10 +45,7 @@ func fetch(args []string) error {
 		}
 	}
 	date := time.Now().Format("2006-01-02")
-	docs := "docs/bench"
-	if root, err := testkafka.RepoRoot(); err == nil {
-		docs = filepath.Join(root, "docs", "bench")
-	}
+	docs := docsBench()
 	if *out == "" {
 		*out = filepath.Join(docs, "fetch-"+date+".json")
 		if *quick {
@@ -63,45 +57,17 @@ func fetch(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var src, dst *testkafka.Cluster
-	if *clusters != "" {
-		pair, err := testkafka.Load(ctx, *clusters)
-		if err != nil {
-			return err
-		}
-		src, dst = pair.Source, pair.Dest
-	} else {
-		for _, name := range []string{"bench-source", "bench-dest"} {
-			opts := testkafka.Options{Name: name, Brokers: 2, ExtraConfig: map[string]string{"log.segment.delete.delay.ms": "1000"}}
-			if d, ok := tmpfsDir(); ok {
-				opts.Dir = d
-				defer os.RemoveAll(d)
-			}
-			c, err := testkafka.Start(ctx, opts)
-			if err != nil {
-				return err
-			}
-			defer c.Stop()
-			if src == nil {
-				src = c
-			} else {
-				dst = c
-			}
-		}
+	src, dst, stopClusters, err := sourceAndDest(ctx, *clusters)
+	if err != nil {
+		return err
 	}
+	defer stopClusters()
 	rep, runErr := bench.RunFetch(ctx, bench.FetchConfig{Source: src, Dest: dst, OffsetgateBin: *ogBin, Mode: mode,
 		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, Rounds: *rounds, Progress: os.Stderr})
 	if rep == nil {
 		return runErr
 	}
-	if runErr != nil {
-		*out = strings.TrimSuffix(*out, ".json") + "-failed.json"
-	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		return errors.Join(runErr, err)
-	}
-	b, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+	if *out, err = writeReport(*out, rep, runErr != nil); err != nil {
 		return errors.Join(runErr, err)
 	}
 	fmt.Printf("\n%-12s %10s %10s %18s\n", "path", "MB/s", "ratio", "offsetgate CPU s/GB")

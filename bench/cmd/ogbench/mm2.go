@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"offsetgate/bench"
-	"offsetgate/internal/testkafka"
 )
 
 // mm2 runs the comparison with MirrorMaker 2 (bench.RunMM2).
@@ -50,10 +47,7 @@ func mm2(args []string) error {
 		}
 	}
 	date := time.Now().Format("2006-01-02")
-	docs := "docs/bench"
-	if root, err := testkafka.RepoRoot(); err == nil {
-		docs = filepath.Join(root, "docs", "bench")
-	}
+	docs := docsBench()
 	if *out == "" {
 		*out = filepath.Join(docs, "mm2-"+date+".json")
 		if *quick {
@@ -65,32 +59,11 @@ func mm2(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var src, dst *testkafka.Cluster
-	if *clusters != "" {
-		pair, err := testkafka.Load(ctx, *clusters)
-		if err != nil {
-			return err
-		}
-		src, dst = pair.Source, pair.Dest
-	} else {
-		for _, name := range []string{"bench-source", "bench-dest"} {
-			opts := testkafka.Options{Name: name, Brokers: 2, ExtraConfig: map[string]string{"log.segment.delete.delay.ms": "1000"}}
-			if d, ok := tmpfsDir(); ok {
-				opts.Dir = d
-				defer os.RemoveAll(d)
-			}
-			c, err := testkafka.Start(ctx, opts)
-			if err != nil {
-				return err
-			}
-			defer c.Stop()
-			if src == nil {
-				src = c
-			} else {
-				dst = c
-			}
-		}
+	src, dst, stopClusters, err := sourceAndDest(ctx, *clusters)
+	if err != nil {
+		return err
 	}
+	defer stopClusters()
 	logDir, err := os.MkdirTemp("", "ogbench-mm2-")
 	if err != nil {
 		return err
@@ -103,14 +76,9 @@ func mm2(args []string) error {
 		return runErr
 	}
 	if runErr != nil {
-		*out = strings.TrimSuffix(*out, ".json") + "-failed.json"
 		*svg = ""
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		return errors.Join(runErr, err)
-	}
-	b, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+	if *out, err = writeReport(*out, rep, runErr != nil); err != nil {
 		return errors.Join(runErr, err)
 	}
 	if props, err := os.ReadFile(filepath.Join(logDir, "mm2.properties")); err == nil && !*quick {
