@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 	"go.uber.org/zap/zaptest"
 
@@ -338,6 +339,32 @@ func TestSourceViewHoles(t *testing.T) {
 	}
 	if le := md.Topics[topic].Partitions[0].LeaderEpoch; le < 5 {
 		t.Fatalf("metadata leader epoch %d through offsetgate is below the source epoch 5 already served", le)
+	}
+	// Epochs a client sends back are judged in the presented space: the current one passes, an
+	// older one is fenced, a newer one is unknown (D judges them, translated to its own).
+	le := md.Topics[topic].Partitions[0].LeaderEpoch
+	for _, c := range []struct {
+		epoch int32
+		code  int16
+	}{{le, 0}, {le - 1, 74}, {0, 74}, {le + 1, 75}, {-1, 0}} {
+		req := kmsg.NewPtrListOffsetsRequest()
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = 0, -1, c.epoch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		shards := pcl.RequestSharded(ctx, req)
+		if len(shards) != 1 || shards[0].Err != nil {
+			t.Fatalf("ListOffsets with current epoch %d: %+v", c.epoch, shards)
+		}
+		got := shards[0].Resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+		if got.ErrorCode != c.code {
+			t.Fatalf("ListOffsets with current leader epoch %d (presented %d): error %d, want %d", c.epoch, le, got.ErrorCode, c.code)
+		}
+		if c.code == 0 && (got.Offset != 100005 || got.LeaderEpoch != le) {
+			t.Fatalf("ListOffsets latest: offset %d epoch %d, want 100005 and %d", got.Offset, got.LeaderEpoch, le)
+		}
 	}
 	// Commits: source offsets for the client, D offsets on D; an offset in the unfilled hole
 	// comes back as the first offset after it.
