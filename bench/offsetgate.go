@@ -56,7 +56,7 @@ func startOffsetgateWith(ctx context.Context, bin string, dest *testkafka.Cluste
 		return nil, err
 	}
 	args := []string{"serve", "--bootstrap", dest.Bootstrap(), "--listen", p.listen,
-		"--admin", p.admin, "--log-format", "json", "--log-level", "warn"}
+		"--admin", p.admin, "--log-format", "json", "--log-level", logLevel()}
 	if configPath != "" {
 		args = append(args, "--config", configPath)
 	} else {
@@ -228,4 +228,13 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// logLevel is the level of the offsetgate processes a benchmark starts: warn, or
+// OGBENCH_LOG_LEVEL.
+func logLevel() string {
+	if l := os.Getenv("OGBENCH_LOG_LEVEL"); l != "" {
+		return l
+	}
+	return "warn"
 }

@@ -192,9 +192,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.view = view.New(runCtx, led, wcl, s.log.Named("view"))
 	defer s.view.Wait()
 	// Warm every mirror topic's source view, so the first requests for them do not wait.
-	for _, t := range cat.Mirrors() {
-		s.view.Prefetch(t)
-	}
+	s.view.Prefetch(cat.Mirrors())
 	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance, Dial: s.dialOwn, OnEntries: s.view.Record},
 		wcl, led, s.log.Named("atoffset"), atoffset.NewMetrics(s.reg))
 	if s.cfg.Path != "" {

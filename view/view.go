@@ -15,6 +15,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -282,10 +283,9 @@ type View struct {
 	cl     *kgo.Client
 	log    *zap.Logger
 
-	mu       sync.Mutex
-	parts    map[key]*Partition
-	topics   map[catalog.TopicID]bool // topics loaded whole
-	fetching map[catalog.TopicID]bool // topics being loaded in the background
+	mu     sync.Mutex
+	parts  map[key]*Partition
+	topics map[catalog.TopicID]bool // topics loaded whole
 
 	ctx context.Context // ends background loads
 	wg  sync.WaitGroup
@@ -295,28 +295,27 @@ type View struct {
 // when ctx ends (Wait waits for them).
 func New(ctx context.Context, l *ledger.Ledger, cl *kgo.Client, log *zap.Logger) *View {
 	return &View{ledger: l, cl: cl, log: log, parts: map[key]*Partition{}, topics: map[catalog.TopicID]bool{},
-		fetching: map[catalog.TopicID]bool{}, ctx: ctx}
+		ctx: ctx}
 }
 
-// Prefetch loads a mirror topic's partitions in the background, once: for requests that only
-// might concern it (a Metadata request for every topic), which must not wait for every ledger.
-func (v *View) Prefetch(t catalog.Topic) {
-	v.mu.Lock()
-	if v.topics[t.ID] || v.fetching[t.ID] {
-		v.mu.Unlock()
-		return
-	}
-	v.fetching[t.ID] = true
-	v.mu.Unlock()
+// Prefetch loads mirror topics' views in the background, one topic after the other, so that
+// the first requests for them do not wait; requests that need a view before then load it
+// themselves (a topic being loaded by both is read once: loads of a partition are serialized).
+// One loader at a time keeps a destination with many mirror topics from being flooded at start.
+func (v *View) Prefetch(ts []catalog.Topic) {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		err := v.LoadTopic(v.ctx, t)
-		v.mu.Lock()
-		delete(v.fetching, t.ID)
-		v.mu.Unlock()
-		if err != nil && v.ctx.Err() == nil {
-			v.log.Warn("source view: background load failed", zap.String("topic", t.Name), zap.Error(err))
+		for _, t := range ts {
+			if v.ctx.Err() != nil {
+				return
+			}
+			if v.TopicLoaded(t.ID) {
+				continue
+			}
+			if err := v.LoadTopic(v.ctx, t); err != nil && v.ctx.Err() == nil {
+				v.log.Warn("source view: background load failed", zap.String("topic", t.Name), zap.Error(err))
+			}
 		}
 	}()
 }
@@ -358,6 +357,7 @@ func (v *View) Load(ctx context.Context, t catalog.Topic, partition int32) (*Par
 	}
 	p.stale.Store(false)
 	id := catalog.IDString(t.ID)
+	start := time.Now()
 	if !p.loaded.Load() {
 		count, err := v.partitions(ctx, t.Name)
 		if err != nil {
@@ -367,7 +367,10 @@ func (v *View) Load(ctx context.Context, t catalog.Topic, partition int32) (*Par
 			return nil, err
 		}
 	}
+	ensured := time.Since(start)
 	es, next, err := v.ledger.ReadFrom(ctx, id, partition, p.ledgerNext)
+	v.log.Debug("source view read", zap.String("topic", t.Name), zap.Int32("partition", partition),
+		zap.Duration("ensure", ensured), zap.Duration("total", time.Since(start)), zap.Int("entries", len(es)))
 	if err != nil {
 		p.stale.Store(true)
 		return nil, fmt.Errorf("source view of %s[%d]: %w", t.Name, partition, err)

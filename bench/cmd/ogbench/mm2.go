@@ -27,6 +27,7 @@ func mm2(args []string) error {
 	lagSecs := fs.Float64("lag-seconds", 0, "how long the paced producer runs (default 15, quick 3)")
 	out := fs.String("out", "", "JSON report (default docs/bench/mm2-DATE.json, quick docs/bench/tmp/mm2-quick-DATE.json)")
 	svg := fs.String("svg", "", "SVG chart (default docs/bench/mm2.svg; quick: none)")
+	keepLogs := fs.String("log-dir", "", "keep the offsetgate and MirrorMaker 2 logs in this folder (default: a temporary one, removed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,11 +65,15 @@ func mm2(args []string) error {
 		return err
 	}
 	defer stopClusters()
-	logDir, err := os.MkdirTemp("", "ogbench-mm2-")
-	if err != nil {
+	logDir := *keepLogs
+	if logDir == "" {
+		if logDir, err = os.MkdirTemp("", "ogbench-mm2-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(logDir)
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	defer os.RemoveAll(logDir)
 	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, Mode: mode,
 		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs,
 		LogDir: logDir, Progress: os.Stderr})
