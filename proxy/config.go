@@ -32,6 +32,8 @@ type Config struct {
 	BrokerPorts map[int32]int `yaml:"broker_ports"`
 	// Admin is the listener for /metrics, /healthz and /readyz; empty turns it off.
 	Admin string `yaml:"admin"`
+	// AdminPprof adds Go's profiling endpoints (/debug/pprof/) to the admin listener.
+	AdminPprof bool `yaml:"admin_pprof"`
 	// Transport is "gnet" (event loops) or "goroutine" (goroutines per connection). Empty
 	// picks gnet for plaintext on both sides and goroutines when TLS is on either side (gnet has
 	// no TLS).
