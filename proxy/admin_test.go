@@ -40,4 +40,17 @@ func TestAdminEndpoints(t *testing.T) {
 	if strings.Contains(body, `offsetgate_requests_total{api="ApiVersions"} 0`) {
 		t.Error("ApiVersions through offsetgate was not counted")
 	}
+	if code, _ := get("/debug/pprof/"); code != 404 {
+		t.Fatalf("/debug/pprof/ without admin_pprof: %d, want 404", code)
+	}
+	admin2 := "127.0.0.1:" + itoa(freeBase(t, pair.Dest))
+	startProxy(t, pair.Dest, "gnet", func(c *proxy.Config) { c.Admin, c.AdminPprof = admin2, true })
+	resp, err := http.Get("http://" + admin2 + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/debug/pprof/ with admin_pprof: %d", resp.StatusCode)
+	}
 }
