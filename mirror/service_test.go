@@ -44,7 +44,12 @@ func TestMirrorService(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceSource(ctx, t, s, plain, 10)
-	for name, topic := range map[string]string{"missing": prefix + "-missing", "not a mirror topic": plain} {
+	counted := prefix + "-count"
+	if err := s.CreateTopic(ctx, counted, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.createMirrorTopic(ctx, counted, 1)
+	for name, topic := range map[string]string{"missing": prefix + "-missing", "not a mirror topic": plain, "partition count": counted} {
 		_, err := mirror.Once(ctx, e.mirrorConfig(topic))
 		var ie *mirror.InputError
 		if !errors.As(err, &ie) {
@@ -117,8 +122,12 @@ func TestMirrorService(t *testing.T) {
 	// A source topic deleted and recreated while the mirror follows it.
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	start := time.Now()
 	go func() {
-		_, err := mirror.Follow(fctx, e.mirrorConfig(a))
+		sum, err := mirror.Follow(fctx, e.mirrorConfig(a))
+		for _, p := range sum.Partitions {
+			t.Logf("%s[%d] after %v: %v", p.Topic, p.Partition, time.Since(start), p.Err)
+		}
 		done <- err
 	}()
 	deadline := time.Now().Add(time.Minute)

@@ -1,0 +1,67 @@
+package mirror
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// The live table redraws in place (cursor up, clear) with lag and rate per partition; the
+// gauges follow the partitions' numbers.
+func TestTrackerLiveAndMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tr := newTracker(reg)
+	p := tr.add("orders", 3)
+	p.offset.Store(100)
+	p.sourceEnd.Store(250)
+	var out syncBuf
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { tr.run(&out, true, 0, stop); close(done) }()
+	time.Sleep(1200 * time.Millisecond)
+	p.records.Store(1000)
+	p.offset.Store(200)
+	time.Sleep(1100 * time.Millisecond)
+	close(stop)
+	<-done
+	s := out.String()
+	if !strings.Contains(s, "orders[3]") || !strings.Contains(s, "\033[") || strings.Count(s, "PARTITION") < 2 {
+		t.Fatalf("live output:\n%q", s)
+	}
+	if !strings.Contains(s, " 50 ") { // lag after the second update: 250 - 200
+		t.Fatalf("no lag of 50 in:\n%s", s)
+	}
+	if v := gauge(t, reg, "offsetgate_mirror_client_lag_records"); v != 50 {
+		t.Fatalf("lag gauge %v, want 50", v)
+	}
+	if v := gauge(t, reg, "offsetgate_mirror_client_records"); v != 1000 {
+		t.Fatalf("records gauge %v, want 1000", v)
+	}
+}
