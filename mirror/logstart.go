@@ -2,10 +2,13 @@ package mirror
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"offsetgate/rules"
 )
 
 // FollowLogStart moves each mirror partition's log start up to the source's (retention or
@@ -13,6 +16,13 @@ import (
 // beyond what is mirrored. It returns the partitions it moved.
 func FollowLogStart(ctx context.Context, src, px *kgo.Client, topics []string) (map[string]map[int32]int64, error) {
 	sadm, padm := kadm.NewClient(src), kadm.NewClient(px)
+	topics, err := sameSource(ctx, sadm, padm, topics)
+	if err != nil {
+		return nil, err
+	}
+	if len(topics) == 0 {
+		return map[string]map[int32]int64{}, nil
+	}
 	sstart, err := sadm.ListStartOffsets(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("source log starts: %w", err)
@@ -62,4 +72,38 @@ func FollowLogStart(ctx context.Context, src, px *kgo.Client, topics []string) (
 		moved[r.Topic][r.Partition] = r.LowWatermark
 	})
 	return moved, firstErr
+}
+
+// sameSource keeps the topics whose source topic is still the one the mirror was made from
+// (its id, kept with the mark): a source deleted and recreated under the same name must not
+// move anything on the mirror.
+func sameSource(ctx context.Context, sadm, padm *kadm.Client, topics []string) ([]string, error) {
+	md, err := sadm.Metadata(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("source metadata: %w", err)
+	}
+	rc, err := padm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("mirror topic configs: %w", err)
+	}
+	recorded := map[string]string{}
+	for _, r := range rc {
+		for _, c := range r.Configs {
+			if c.Key == rules.SourcePrefix+"topic.id" && c.Value != nil {
+				recorded[r.Name] = *c.Value
+			}
+		}
+	}
+	var out []string
+	for _, t := range topics {
+		st, ok := md.Topics[t]
+		if !ok || st.Err != nil {
+			continue
+		}
+		if id, ok := recorded[t]; ok && id != hex.EncodeToString(st.ID[:]) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }

@@ -30,26 +30,36 @@ type reader struct {
 }
 
 func (r *reader) refresh(ctx context.Context) error {
-	md, err := kadm.NewClient(r.src).Metadata(ctx, r.topic)
+	// A raw request: kadm answers metadata from the client's cache, which would keep showing a
+	// deleted topic's old id for a while.
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(r.topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, r.src)
 	if err != nil {
 		return err
 	}
-	t, ok := md.Topics[r.topic]
-	if !ok || t.Err != nil {
-		if errors.Is(t.Err, kerr.UnknownTopicOrPartition) && r.known {
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("source metadata of %s: %d topics answered", r.topic, len(resp.Topics))
+	}
+	t := resp.Topics[0]
+	if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+		if errors.Is(err, kerr.UnknownTopicOrPartition) && r.known {
 			return fmt.Errorf("%w: source topic %s was deleted", ErrSourceBackwards, r.topic)
 		}
-		return fmt.Errorf("source topic %s: %v", r.topic, t.Err)
+		return fmt.Errorf("source topic %s: %w", r.topic, err)
 	}
-	if r.known && t.ID != r.id {
+	if r.known && t.TopicID != r.id {
 		return fmt.Errorf("%w: source topic %s was deleted and recreated (topic id changed)", ErrSourceBackwards, r.topic)
 	}
-	p, ok := t.Partitions[r.part]
-	if !ok {
-		return fmt.Errorf("source partition %s[%d] does not exist", r.topic, r.part)
+	for _, p := range t.Partitions {
+		if p.Partition == r.part {
+			r.id, r.leader, r.known = t.TopicID, p.Leader, true
+			return nil
+		}
 	}
-	r.id, r.leader, r.known = t.ID, p.Leader, true
-	return nil
+	return fmt.Errorf("source partition %s[%d] does not exist", r.topic, r.part)
 }
 
 // fetch returns the whole batches at offset and the partition's high watermark.

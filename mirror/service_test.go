@@ -124,16 +124,19 @@ func TestMirrorService(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		sum, err := mirror.Follow(fctx, e.mirrorConfig(a))
+		fcfg := e.mirrorConfig(a)
+		fcfg.Progress = timedLog{t, start}
+		sum, err := mirror.Follow(fctx, fcfg)
 		for _, p := range sum.Partitions {
 			t.Logf("%s[%d] after %v: %v", p.Topic, p.Partition, time.Since(start), p.Err)
 		}
 		done <- err
 	}()
 	deadline := time.Now().Add(time.Minute)
-	for count(ctx, t, e.pair.Dest, a)[0][1] < 200 && time.Now().Before(deadline) {
+	for c := count(ctx, t, e.pair.Dest, a); c[0][1]+c[1][1] < 200 && time.Now().Before(deadline); c = count(ctx, t, e.pair.Dest, a) {
 		time.Sleep(200 * time.Millisecond)
 	}
+	time.Sleep(2 * time.Second) // the mirror is past its start checks and following
 	sadm, _ := s.Admin()
 	defer sadm.Close()
 	if _, err := sadm.DeleteTopics(ctx, a); err != nil {
@@ -167,4 +170,15 @@ func TestMirrorService(t *testing.T) {
 	if _, err := mirror.Once(ctx, e.mirrorConfig(a)); !errors.Is(err, mirror.ErrSourceBackwards) {
 		t.Fatalf("a run after the source was recreated: %v", err)
 	}
+}
+
+// timedLog writes progress lines to the test log with the time since start.
+type timedLog struct {
+	t     *testing.T
+	start time.Time
+}
+
+func (w timedLog) Write(p []byte) (int, error) {
+	w.t.Logf("%v: %s", time.Since(w.start).Round(time.Millisecond), bytes.TrimSpace(p))
+	return len(p), nil
 }
