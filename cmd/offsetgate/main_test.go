@@ -56,6 +56,25 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 }
 
+// Bad usage of mirror and verify exits 2 with a message naming what is wrong.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"verify"}, "--source, --proxy and --topic are required"},
+		{[]string{"verify", "--source", "a:1", "--proxy", "b:2", "--topic", "t", "--level", "all"}, `--level "all"`},
+		{[]string{"mirror", "--source", "a:1", "--proxy", "b:2"}, "--topics or --topic-regex"},
+		{[]string{"mirror", "--source", "a:1", "--proxy", "b:2", "--topic-regex", "("}, "--topic-regex"},
+		{[]string{"mirror", "--source", "a:1", "--proxy", "b:2", "--topics", "t", "--progress", "fancy"}, `--progress "fancy"`},
+	} {
+		code, _, errs := run(c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q (want 2 and %q)", c.args, code, errs, c.want)
+		}
+	}
+}
+
 // The example configuration is valid.
 func TestExampleConfig(t *testing.T) {
 	c, err := proxy.LoadConfig("../../examples/offsetgate.yaml")
