@@ -343,6 +343,19 @@ func TestSourceViewHoles(t *testing.T) {
 	// Epochs a client sends back are judged in the presented space: the current one passes, an
 	// older one is fenced, a newer one is unknown (D judges them, translated to its own).
 	le := md.Topics[topic].Partitions[0].LeaderEpoch
+	// Admin clients' DescribeTopicPartitions presents the same epoch.
+	dtp := kmsg.NewPtrDescribeTopicPartitionsRequest()
+	dt := kmsg.NewDescribeTopicPartitionsRequestTopic()
+	dt.Topic = topic
+	dtp.Topics = append(dtp.Topics, dt)
+	dtp.ResponsePartitionLimit = 100
+	dresp, err := dtp.RequestWith(ctx, pcl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dresp.Topics[0].Partitions[0].LeaderEpoch; got != le {
+		t.Fatalf("DescribeTopicPartitions leader epoch %d through offsetgate, Metadata %d", got, le)
+	}
 	for _, c := range []struct {
 		epoch int32
 		code  int16

@@ -65,6 +65,8 @@ func handlerFor(key int16) *handler {
 		return &saslAuthenticateHandler
 	case 60:
 		return &describeClusterHandler
+	case 75:
+		return &describeTopicPartitionsHandler
 	case 78:
 		return &shareFetchHandler
 	case 79:
