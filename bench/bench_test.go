@@ -41,16 +41,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 // shared machine mean nothing.
 func TestBenchEndToEnd(t *testing.T) {
 	pair := testkafka.Shared(t)
-	root, err := testkafka.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "offsetgate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/offsetgate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building offsetgate: %v\n%s", err, out)
-	}
+	bin := buildOffsetgate(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -165,16 +156,7 @@ func TestBenchEndToEnd(t *testing.T) {
 // asserted.
 func TestFetchBenchEndToEnd(t *testing.T) {
 	pair := testkafka.Shared(t)
-	root, err := testkafka.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "offsetgate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/offsetgate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building offsetgate: %v\n%s", err, out)
-	}
+	bin := buildOffsetgate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := bench.RunFetch(ctx, bench.FetchConfig{Source: pair.Source, Dest: pair.Dest, OffsetgateBin: bin, Mode: "test",
@@ -203,16 +185,7 @@ func TestFetchBenchEndToEnd(t *testing.T) {
 // identical to the source, MirrorMaker 2's is not). No timing is asserted.
 func TestMM2BenchEndToEnd(t *testing.T) {
 	pair := testkafka.Shared(t)
-	root, err := testkafka.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "offsetgate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/offsetgate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building offsetgate: %v\n%s", err, out)
-	}
+	bin := buildOffsetgate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := bench.RunMM2(ctx, bench.MM2Config{Source: pair.Source, Dest: pair.Dest, OffsetgateBin: bin, Mode: "test",
@@ -231,4 +204,20 @@ func TestMM2BenchEndToEnd(t *testing.T) {
 	if !strings.HasSuffix(rep.Results[0].Verify, "identical") || strings.HasSuffix(rep.Results[1].Verify, "identical") {
 		t.Fatalf("verify: offsetgate %q, MirrorMaker 2 %q", rep.Results[0].Verify, rep.Results[1].Verify)
 	}
+}
+
+// buildOffsetgate builds the offsetgate binary the benchmarks run.
+func buildOffsetgate(t *testing.T) string {
+	t.Helper()
+	root, err := testkafka.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "offsetgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/offsetgate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building offsetgate: %v\n%s", err, out)
+	}
+	return bin
 }
