@@ -154,30 +154,6 @@ func (w *Writer) part(t catalog.Topic, partition int32) *part {
 	return p
 }
 
-// Status is a partition's state for `offsetgate status` and ListOffsets.
-type Status struct {
-	Next     int64 // mirrored end (source offset); -1 when nothing is mirrored
-	Segments []Segment
-	Epoch    int32
-	Halted   string
-	Pending  int
-}
-
-// Status loads the partition if needed and reports its state.
-func (w *Writer) Status(ctx context.Context, t catalog.Topic, partition int32) (Status, error) {
-	p := w.part(t, partition)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := w.load(ctx, p, partition); err != nil {
-		return Status{}, err
-	}
-	next := p.next
-	if len(p.pending) > 0 {
-		next = p.pending[0].Src
-	}
-	return Status{Next: next, Segments: append([]Segment(nil), p.segments...), Epoch: p.epoch, Halted: p.halted, Pending: len(p.pending)}, nil
-}
-
 // load reads the partition's ledger (takeover) the first time it is used by this process.
 func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if p.loaded {
@@ -695,15 +671,4 @@ func (w *Writer) leader(ctx context.Context, topic string, partition int32) (int
 		}
 	}
 	return -1, fmt.Errorf("no leader for %s[%d]", topic, partition)
-}
-
-// Translate maps a source offset to D's with the partition's shift table (loaded state).
-func Translate(segs []Segment, src int64) int64 {
-	var delta int64
-	for _, s := range segs {
-		if s.Src <= src {
-			delta = s.Delta
-		}
-	}
-	return src - delta
 }

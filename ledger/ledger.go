@@ -79,14 +79,13 @@ func Topic(topicID string) string { return rules.OwnTopicPrefix + "ledger_" + to
 
 // Ledger reads and writes ledger topics with offsetgate's own client.
 type Ledger struct {
-	cl   *kgo.Client
-	opts []kgo.Opt
-	dec  kgo.Decompressor
+	cl  *kgo.Client
+	dec kgo.Decompressor
 }
 
-// New wraps offsetgate's own client (acks=all, no linger) and the options to make readers.
-func New(cl *kgo.Client, opts []kgo.Opt) *Ledger {
-	return &Ledger{cl: cl, opts: opts, dec: kgo.DefaultDecompressor()}
+// New wraps offsetgate's own client (acks=all, no linger), which both writes and reads.
+func New(cl *kgo.Client) *Ledger {
+	return &Ledger{cl: cl, dec: kgo.DefaultDecompressor()}
 }
 
 // Ensure creates the ledger topic of a mirror topic if it does not exist.

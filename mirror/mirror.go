@@ -465,12 +465,12 @@ func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client
 	if cfg.follow {
 		end.Offset = 1<<63 - 1
 	}
-	rd := &reader{src: src, topic: topic, part: part}
+	rd := NewReader(src, topic, part)
 	for offset < end.Offset {
 		if ctx.Err() != nil {
 			return s
 		}
-		sets, hwm, err := rd.fetch(ctx, offset, cfg.MaxBytes, 500*time.Millisecond)
+		sets, hwm, err := rd.Fetch(ctx, offset, cfg.MaxBytes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return s
@@ -554,77 +554,11 @@ func resolveTopics(ctx context.Context, sadm *kadm.Client, named []string, re *r
 	return out, nil
 }
 
-// FetchRaw reads whole record batches from the source partition's leader at offset.
+// FetchRaw reads whole record batches from the source partition's leader at offset (one
+// fetch; a Reader keeps the partition's leader and topic id between fetches).
 func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, offset int64, maxBytes int32) ([][]byte, error) {
-	for attempt := 0; ; attempt++ {
-		req := kmsg.NewPtrFetchRequest()
-		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = 500, 1, maxBytes, -1
-		req.IsolationLevel = 0 // read_uncommitted: markers and open transactions are seen
-		ft := kmsg.NewFetchRequestTopic()
-		ft.Topic = topic
-		fp := kmsg.NewFetchRequestTopicPartition()
-		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes, fp.CurrentLeaderEpoch, fp.LogStartOffset = part, offset, maxBytes, -1, -1
-		ft.Partitions = append(ft.Partitions, fp)
-		req.Topics = append(req.Topics, ft)
-		md, err := kadm.NewClient(src).Metadata(ctx, topic)
-		if err != nil {
-			return nil, err
-		}
-		ft.TopicID = md.Topics[topic].ID
-		req.Topics[0] = ft
-		leader := md.Topics[topic].Partitions[part].Leader
-		kr, err := src.Broker(int(leader)).Request(ctx, req)
-		if err != nil {
-			if attempt < 5 {
-				continue
-			}
-			return nil, fmt.Errorf("fetch from the source: %w", err)
-		}
-		resp := kr.(*kmsg.FetchResponse)
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return nil, errors.New("malformed fetch response")
-		}
-		p := resp.Topics[0].Partitions[0]
-		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-			// A leader that just changed can answer OFFSET_OUT_OF_RANGE for a moment.
-			if (kerr.IsRetriable(err) || errors.Is(err, kerr.OffsetOutOfRange)) && attempt < 10 {
-				time.Sleep(200 * time.Millisecond)
-				continue
-			}
-			return nil, fmt.Errorf("fetch from the source (broker %d) at %d: %w", leader, offset, err)
-		}
-		sets, _, err := batch.Split(p.RecordBatches)
-		if errors.Is(err, batch.ErrTruncated) {
-			// The response ended mid-batch: keep the whole batches before it.
-			sets = wholeBatches(p.RecordBatches)
-			err = nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(sets) == 0 && len(p.RecordBatches) > 0 {
-			// One batch larger than maxBytes: ask for it whole.
-			h, herr := batch.ReadHeader(p.RecordBatches)
-			if herr == nil && int32(h.Size()) > maxBytes {
-				maxBytes = int32(h.Size())
-				continue
-			}
-		}
-		return sets, nil
-	}
-}
-
-func wholeBatches(b []byte) [][]byte {
-	var out [][]byte
-	for len(b) >= batch.HeaderLen {
-		h, err := batch.ReadHeader(b)
-		if err != nil || h.Size() > len(b) {
-			break
-		}
-		out = append(out, b[:h.Size()])
-		b = b[h.Size():]
-	}
-	return out
+	sets, _, err := NewReader(src, topic, part).Fetch(ctx, offset, maxBytes)
+	return sets, err
 }
 
 // produceAtOffset sends one partition's batches with the magic header to the partition's

@@ -18,9 +18,9 @@ import (
 // mirrored end, or deleted and recreated. Mirroring on would not be exact.
 var ErrSourceBackwards = errors.New("the source went backwards")
 
-// reader fetches one source partition's raw batches from its leader, remembering the topic
+// Reader fetches one source partition's raw batches from its leader, remembering the topic
 // id and leader between fetches, and notices when the source went backwards.
-type reader struct {
+type Reader struct {
 	src    *kgo.Client
 	topic  string
 	part   int32
@@ -29,7 +29,15 @@ type reader struct {
 	known  bool // id and leader were learned
 }
 
-func (r *reader) refresh(ctx context.Context) error {
+// NewReader makes a reader of one partition.
+func NewReader(src *kgo.Client, topic string, part int32) *Reader {
+	return &Reader{src: src, topic: topic, part: part}
+}
+
+// fetchWait is how long a fetch waits on the leader for data to arrive.
+const fetchWait = 500 * time.Millisecond
+
+func (r *Reader) refresh(ctx context.Context) error {
 	// A raw request: kadm answers metadata from the client's cache, which would keep showing a
 	// deleted topic's old id for a while.
 	req := kmsg.NewPtrMetadataRequest()
@@ -62,8 +70,10 @@ func (r *reader) refresh(ctx context.Context) error {
 	return fmt.Errorf("source partition %s[%d] does not exist", r.topic, r.part)
 }
 
-// fetch returns the whole batches at offset and the partition's high watermark.
-func (r *reader) fetch(ctx context.Context, offset int64, maxBytes int32, wait time.Duration) ([][]byte, int64, error) {
+// Fetch returns the whole batches at offset (a trailing partial batch left out; one batch
+// larger than maxBytes asked for again whole) and the partition's high watermark. Transient
+// errors are retried; a source that went backwards is an ErrSourceBackwards.
+func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]byte, int64, error) {
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		if attempt > 0 || !r.known {
@@ -83,7 +93,7 @@ func (r *reader) fetch(ctx context.Context, offset int64, maxBytes int32, wait t
 			}
 		}
 		req := kmsg.NewPtrFetchRequest()
-		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = int32(wait.Milliseconds()), 1, maxBytes, -1
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = int32(fetchWait.Milliseconds()), 1, maxBytes, -1
 		req.IsolationLevel = 0 // read_uncommitted: markers and open transactions are seen
 		ft := kmsg.NewFetchRequestTopic()
 		ft.Topic, ft.TopicID = r.topic, r.id
@@ -137,7 +147,7 @@ func (r *reader) fetch(ctx context.Context, offset int64, maxBytes int32, wait t
 
 // outOfRange tells a source that went backwards (its end is below offset) from a moment of
 // leader change; it returns an error only for the former, or for records lost to retention.
-func (r *reader) outOfRange(ctx context.Context, offset int64) error {
+func (r *Reader) outOfRange(ctx context.Context, offset int64) error {
 	adm := kadm.NewClient(r.src)
 	ends, err := adm.ListEndOffsets(ctx, r.topic)
 	if err != nil {
@@ -156,4 +166,17 @@ func (r *reader) outOfRange(ctx context.Context, offset int64) error {
 		return fmt.Errorf("the source's log start moved to %d, beyond the mirrored end %d: records were lost to retention before they were mirrored", s.Offset, offset)
 	}
 	return nil
+}
+
+func wholeBatches(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) >= batch.HeaderLen {
+		h, err := batch.ReadHeader(b)
+		if err != nil || h.Size() > len(b) {
+			break
+		}
+		out = append(out, b[:h.Size()])
+		b = b[h.Size():]
+	}
+	return out
 }

@@ -189,7 +189,7 @@ func (s *Server) Run(ctx context.Context) error {
 		host, _ := os.Hostname()
 		instance = host + "/" + s.cfg.Listen
 	}
-	led := ledger.New(wcl, opts)
+	led := ledger.New(wcl)
 	s.view = view.New(runCtx, led, wcl, s.log.Named("view"))
 	defer s.view.Wait()
 	// Warm every mirror topic's source view, so the first requests for them do not wait.
@@ -300,21 +300,6 @@ func (a mirrorAdapter) Write(ctx context.Context, t catalog.Topic, p int32, reco
 	r := a.w.Write(ctx, t, p, records)
 	return r.Code, r.Msg, r.BaseOffset
 }
-
-func (a mirrorAdapter) Shift(ctx context.Context, t catalog.Topic, p int32) ([][2]int64, error) {
-	st, err := a.w.Status(ctx, t, p)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][2]int64, len(st.Segments))
-	for i, sg := range st.Segments {
-		out[i] = [2]int64{sg.Src, sg.Delta}
-	}
-	return out, nil
-}
-
-// Writer is the produce-at-offset writer (nil before Run).
-func (s *Server) Writer() *atoffset.Writer { return s.writer }
 
 // sessionCatalog is the catalog as sessions see it (nil until loaded).
 func (s *Server) sessionCatalog() session.Catalog {

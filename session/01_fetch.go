@@ -106,20 +106,19 @@ func fetchRequest(s *Session, r *request) error {
 	if !byID && !s.known(r, names, fetchRequest) {
 		return nil
 	}
-	topicOf := func(t *kmsg.FetchRequestTopic) *catalog.Topic {
-		if byID {
-			return s.sourceTopicByID(t.TopicID)
-		}
-		return s.sourceTopic(t.Topic)
-	}
+	infos := make([]*catalog.Topic, len(req.Topics)) // each topic's, resolved once
 	for i := range req.Topics {
 		t := &req.Topics[i]
-		info := topicOf(t)
-		if info == nil {
+		if byID {
+			infos[i] = s.sourceTopicByID(t.TopicID)
+		} else {
+			infos[i] = s.sourceTopic(t.Topic)
+		}
+		if infos[i] == nil {
 			continue
 		}
 		for _, p := range t.Partitions {
-			parts = append(parts, mirrorPart{*info, p.Partition})
+			parts = append(parts, mirrorPart{*infos[i], p.Partition})
 		}
 	}
 	// A partition whose index fell behind is refreshed before the next fetch even when the
@@ -133,8 +132,7 @@ func fetchRequest(s *Session, r *request) error {
 	}
 	s.staleFetch = s.staleFetch[:0]
 	for i := range req.Topics {
-		t := &req.Topics[i]
-		info := topicOf(t)
+		t, info := &req.Topics[i], infos[i]
 		if info == nil {
 			continue
 		}

@@ -19,11 +19,6 @@ import (
 
 var listOffsetsHandler = handler{request: listOffsetsRequest}
 
-type shiftKey struct {
-	topic     string
-	partition int32
-}
-
 func listOffsetsRequest(s *Session, r *request) error {
 	if !s.mirrorsOn() {
 		return nil
@@ -36,21 +31,17 @@ func listOffsetsRequest(s *Session, r *request) error {
 	for _, t := range req.Topics {
 		names = append(names, t.Topic)
 	}
-	if !s.known(r, names, listOffsetsRequest) {
-		return nil
-	}
-	var parts []mirrorPart
-	for _, t := range req.Topics {
-		if info := s.sourceTopic(t.Topic); info != nil {
-			for _, p := range t.Partitions {
-				parts = append(parts, mirrorPart{*info, p.Partition})
+	collect := func() (parts []mirrorPart) {
+		for _, t := range req.Topics {
+			if info := s.sourceTopic(t.Topic); info != nil {
+				for _, p := range t.Partitions {
+					parts = append(parts, mirrorPart{*info, p.Partition})
+				}
 			}
 		}
+		return parts
 	}
-	if len(parts) == 0 {
-		return nil
-	}
-	if !s.viewed(r, parts, nil, listOffsetsRequest) {
+	if !s.viewsReady(r, listOffsetsRequest, names, collect) {
 		return nil
 	}
 	type asked struct {
@@ -58,7 +49,7 @@ func listOffsetsRequest(s *Session, r *request) error {
 		base      int32
 		timestamp int64
 	}
-	asks := map[shiftKey]asked{}
+	asks := map[partKey]asked{}
 	for i := range req.Topics {
 		t := &req.Topics[i]
 		info := s.sourceTopic(t.Topic)
@@ -72,7 +63,7 @@ func listOffsetsRequest(s *Session, r *request) error {
 				return errViewUnavailable(t.Topic, p.Partition)
 			}
 			base := pv.EpochBase()
-			asks[shiftKey{t.Topic, p.Partition}] = asked{pv, base, p.Timestamp}
+			asks[partKey{t.Topic, p.Partition}] = asked{pv, base, p.Timestamp}
 			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
 		}
 	}
@@ -86,7 +77,7 @@ func listOffsetsRequest(s *Session, r *request) error {
 			t := &resp.Topics[i]
 			for j := range t.Partitions {
 				p := &t.Partitions[j]
-				a, ok := asks[shiftKey{t.Topic, p.Partition}]
+				a, ok := asks[partKey{t.Topic, p.Partition}]
 				if !ok || p.ErrorCode != 0 {
 					continue
 				}
@@ -95,10 +86,10 @@ func listOffsetsRequest(s *Session, r *request) error {
 				}
 				switch {
 				case a.timestamp == -1: // latest: the mirrored end, at the presented epoch
-					if end := a.pv.ToSource(p.Offset); a.pv.End() >= 0 && end > a.pv.End() {
+					p.Offset = a.pv.ToSource(p.Offset)
+					if end := a.pv.End(); end >= 0 && p.Offset > end {
 						a.pv.Stale() // D holds more than the index knows
 					}
-					p.Offset = a.pv.ToSource(p.Offset)
 					if p.LeaderEpoch >= 0 {
 						p.LeaderEpoch += a.base
 					}

@@ -2,11 +2,7 @@ package session
 
 // OffsetCommit (key 8): source offsets in, destination offsets to D (see commits.go).
 
-import (
-	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"offsetgate/catalog"
-)
+import "github.com/twmb/franz-go/pkg/kmsg"
 
 var offsetCommitHandler = handler{request: offsetCommitRequest}
 
@@ -24,19 +20,17 @@ func offsetCommitRequest(s *Session, r *request) error {
 			names = append(names, t.Topic)
 		}
 	}
-	if !s.known(r, names, offsetCommitRequest) {
-		return nil
-	}
-	var topics []catalog.Topic
-	for _, t := range req.Topics {
-		if info := s.commitTopic(t.Topic, t.TopicID); info != nil {
-			topics = append(topics, *info)
+	collect := func() (parts []mirrorPart) {
+		for _, t := range req.Topics {
+			if info := s.commitTopic(t.Topic, t.TopicID); info != nil {
+				for _, p := range t.Partitions {
+					parts = append(parts, mirrorPart{*info, p.Partition})
+				}
+			}
 		}
+		return parts
 	}
-	if len(topics) == 0 {
-		return nil
-	}
-	if !s.viewed(r, nil, topics, offsetCommitRequest) {
+	if !s.viewsReady(r, offsetCommitRequest, names, collect) {
 		return nil
 	}
 	for i := range req.Topics {

@@ -6,17 +6,18 @@ package session
 // client of the topic may (to follow the source's retention); everyone else gets
 // POLICY_VIOLATION for those partitions, and nothing is deleted. offsetgate's own topics are
 // never trimmed by clients. The offsets an approved client sends are source offsets: they are
-// translated to the destination's with the partition's shift table (looked up off the session's
-// goroutine), and the low watermarks D answers are translated back.
+// translated to the destination's with the partition's source view (exact inside filled holes,
+// the first offset after an unfilled one, as for commits), and the low watermarks D answers are
+// translated back. A partition whose view cannot be read is refused (nothing is trimmed on a
+// guess).
 
 import (
-	"context"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"offsetgate/catalog"
 	"offsetgate/rules"
+	"offsetgate/view"
 )
 
 var deleteRecordsHandler = handler{request: deleteRecordsRequest}
@@ -37,7 +38,7 @@ func deleteRecordsRequest(s *Session, r *request) error {
 		return nil
 	}
 	var refused []refusal
-	var translate []catalog.Topic
+	var translate []mirrorPart
 	keep := req.Topics[:0]
 	for _, t := range req.Topics {
 		code, msg := int16(0), ""
@@ -47,8 +48,10 @@ func deleteRecordsRequest(s *Session, r *request) error {
 		case s.mark(t.Topic) != nil:
 			if _, ok := s.cfg.Policy().Approved(s.ident, t.Topic); !ok {
 				code, msg = rules.ErrPolicyViolation, "offsetgate: "+t.Topic+" is a mirror topic; only its mirroring client may move its log start"
-			} else if s.cfg.Mirror != nil {
-				translate = append(translate, *s.mark(t.Topic))
+			} else if s.cfg.View != nil {
+				for _, p := range t.Partitions {
+					translate = append(translate, mirrorPart{*s.mark(t.Topic), p.Partition})
+				}
 			}
 		}
 		if code == 0 {
@@ -59,21 +62,58 @@ func deleteRecordsRequest(s *Session, r *request) error {
 			refused = append(refused, refusal{topic: strings.Clone(t.Topic), partition: p.Partition, code: code, msg: msg})
 		}
 	}
-	if len(translate) > 0 && !r.resolved {
-		deleteRecordsTranslate(s, r, req, translate)
+	if len(translate) > 0 && !s.viewed(r, translate, nil, deleteRecordsRequest) {
 		return nil
 	}
-	if len(refused) == 0 {
+	views := map[partKey]*view.Partition{}
+	for _, mp := range translate {
+		if pv := s.partView(mp.t, mp.partition); pv != nil {
+			views[partKey{mp.t.Name, mp.partition}] = pv
+		} else {
+			refused = append(refused, refusal{topic: mp.t.Name, partition: mp.partition, code: 7,
+				msg: "offsetgate: the mirror partition's ledger could not be read; nothing was deleted"})
+		}
+	}
+	if len(refused) == 0 && len(views) == 0 {
 		return nil
 	}
-	req.Topics = keep
-	if len(keep) == 0 {
+	kept := keep[:0]
+	for _, t := range keep {
+		ps := t.Partitions[:0]
+		for _, p := range t.Partitions {
+			pv, mirrored := views[partKey{t.Topic, p.Partition}]
+			if !mirrored && s.mark(t.Topic) != nil && s.cfg.View != nil {
+				continue // refused above: its view is missing
+			}
+			if mirrored && p.Offset >= 0 {
+				p.Offset = pv.CommitToDest(p.Offset)
+			}
+			ps = append(ps, p)
+		}
+		if len(ps) > 0 {
+			t.Partitions = ps
+			kept = append(kept, t)
+		}
+	}
+	req.Topics = kept
+	if len(kept) == 0 {
 		var resp kmsg.DeleteRecordsResponse
 		spliceDeleteRecords(&resp, refused)
 		r.answerWith(&resp)
 		return nil
 	}
-	forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.DeleteRecordsResponse) { spliceDeleteRecords(resp, refused) })
+	forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.DeleteRecordsResponse) {
+		for i := range resp.Topics {
+			t := &resp.Topics[i]
+			for j := range t.Partitions {
+				p := &t.Partitions[j]
+				if pv, ok := views[partKey{t.Topic, p.Partition}]; ok && p.ErrorCode == 0 {
+					p.LowWatermark = pv.ToSource(p.LowWatermark)
+				}
+			}
+		}
+		spliceDeleteRecords(resp, refused)
+	})
 	return nil
 }
 
@@ -95,127 +135,4 @@ func spliceDeleteRecords(resp *kmsg.DeleteRecordsResponse, rs []refusal) {
 		p.Partition, p.ErrorCode, p.LowWatermark = rf.partition, rf.code, -1
 		t.Partitions = append(t.Partitions, p)
 	}
-}
-
-// deleteRecordsTranslate looks up the shift tables of the mirror partitions named, then
-// forwards the request with destination offsets and answers with source offsets.
-func deleteRecordsTranslate(s *Session, r *request, req kmsg.DeleteRecordsRequest, ts []catalog.Topic) {
-	m := s.cfg.Mirror
-	type part struct {
-		t catalog.Topic
-		p int32
-	}
-	var parts []part
-	for _, t := range ts {
-		for _, rt := range req.Topics {
-			if rt.Topic == t.Name {
-				for _, p := range rt.Partitions {
-					parts = append(parts, part{t, p.Partition})
-				}
-			}
-		}
-	}
-	r.async = func(ctx context.Context) func(*Session, *request) {
-		shifts := map[shiftKey][][2]int64{}
-		var failed error
-		for _, p := range parts {
-			sh, err := m.Shift(ctx, p.t, p.p)
-			if err != nil {
-				failed = err
-				continue
-			}
-			shifts[shiftKey{strings.Clone(p.t.Name), p.p}] = sh
-		}
-		return func(s *Session, r *request) {
-			r.resolved = true
-			if failed != nil {
-				// Never trim on a guess: refuse what could not be translated.
-				resp := kmsg.DeleteRecordsResponse{Version: r.h.version}
-				var rs []refusal
-				for _, p := range parts {
-					rs = append(rs, refusal{topic: p.t.Name, partition: p.p, code: 7, msg: "offsetgate: shift table lookup failed: " + failed.Error()})
-				}
-				spliceDeleteRecords(&resp, rs)
-				r.answer = responseFrame(r.h.corr, flexibleRequest(21, r.h.version), resp.AppendTo(nil))
-				return
-			}
-			// The other rules first (own topics, unapproved partitions): what they keep is
-			// what gets translated.
-			_ = deleteRecordsRequest(s, r)
-			if r.answer != nil {
-				return
-			}
-			kept := r.frame
-			if r.replace != nil {
-				kept = r.replace
-			}
-			kh, err := parseReqHeader(kept[4:])
-			if err != nil {
-				return
-			}
-			fresh := kmsg.DeleteRecordsRequest{Version: r.h.version}
-			if err := fresh.ReadFrom(kept[4+kh.bodyOff:]); err != nil {
-				return
-			}
-			for i := range fresh.Topics {
-				t := &fresh.Topics[i]
-				for j := range t.Partitions {
-					p := &t.Partitions[j]
-					if sh, ok := shifts[shiftKey{t.Topic, p.Partition}]; ok && p.Offset >= 0 {
-						p.Offset = toDestination(sh, p.Offset)
-					}
-				}
-			}
-			r.replace = rebuild(r.frame, r.h, fresh.AppendTo(nil), s.cfg.Policy().Native())
-			prev := r.onResp
-			r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {
-				resp := kmsg.DeleteRecordsResponse{Version: v}
-				if err := resp.ReadFrom(body); err != nil {
-					return nil, false, err
-				}
-				for i := range resp.Topics {
-					t := &resp.Topics[i]
-					for j := range t.Partitions {
-						p := &t.Partitions[j]
-						if sh, ok := shifts[shiftKey{t.Topic, p.Partition}]; ok && p.ErrorCode == 0 {
-							p.LowWatermark = toSource(sh, p.LowWatermark)
-						}
-					}
-				}
-				out := resp.AppendTo(nil)
-				if prev != nil {
-					return prev(s, v, out)
-				}
-				return out, true, nil
-			}
-		}
-	}
-}
-
-// toDestination maps a source offset to the destination's with a shift table.
-func toDestination(segs [][2]int64, src int64) int64 {
-	var delta int64
-	for _, sg := range segs {
-		if sg[0] <= src {
-			delta = sg[1]
-		}
-	}
-	if len(segs) > 0 && src < segs[0][0] {
-		delta = segs[0][1]
-	}
-	return src - delta
-}
-
-// toSource maps a destination offset to the source's with a shift table.
-func toSource(segs [][2]int64, d int64) int64 {
-	if d < 0 || len(segs) == 0 {
-		return d
-	}
-	delta := segs[0][1]
-	for _, sg := range segs {
-		if sg[0]-sg[1] <= d {
-			delta = sg[1]
-		}
-	}
-	return d + delta
 }

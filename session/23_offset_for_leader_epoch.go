@@ -29,32 +29,24 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 	for _, t := range req.Topics {
 		names = append(names, t.Topic)
 	}
-	if !s.known(r, names, offsetForLeaderEpochRequest) {
-		return nil
-	}
-	var parts []mirrorPart
-	for _, t := range req.Topics {
-		if info := s.sourceTopic(t.Topic); info != nil {
-			for _, p := range t.Partitions {
-				parts = append(parts, mirrorPart{*info, p.Partition})
+	collect := func() (parts []mirrorPart) {
+		for _, t := range req.Topics {
+			if info := s.sourceTopic(t.Topic); info != nil {
+				for _, p := range t.Partitions {
+					parts = append(parts, mirrorPart{*info, p.Partition})
+					if pv := s.partView(*info, p.Partition); pv != nil && !r.viewed {
+						// The answer for the latest epoch is the mirrored end: an index behind D
+						// would make a consumer at the true end think the log was truncated
+						// (KIP-320) and rewind. These requests are rare (a consumer validating
+						// after a leader change), so the index is read to the ledger's end first.
+						pv.Stale()
+					}
+				}
 			}
 		}
+		return parts
 	}
-	if len(parts) == 0 {
-		return nil
-	}
-	if !r.viewed {
-		// The answer for the latest epoch is the mirrored end: an index behind D would make a
-		// consumer at the true end think the log was truncated (KIP-320) and rewind. These
-		// requests are rare (a consumer validating after a leader change), so the index is read
-		// up to the ledger's end first.
-		for _, p := range parts {
-			if pv := s.partView(p.t, p.partition); pv != nil {
-				pv.Stale()
-			}
-		}
-	}
-	if !s.viewed(r, parts, nil, offsetForLeaderEpochRequest) {
+	if !s.viewsReady(r, offsetForLeaderEpochRequest, names, collect) {
 		return nil
 	}
 	type asked struct {
@@ -63,7 +55,7 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 		base     int32
 		promoted bool
 	}
-	asks := map[shiftKey]asked{}
+	asks := map[partKey]asked{}
 	for i := range req.Topics {
 		t := &req.Topics[i]
 		info := s.sourceTopic(t.Topic)
@@ -77,7 +69,7 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 				return errViewUnavailable(t.Topic, p.Partition)
 			}
 			base := pv.EpochBase()
-			asks[shiftKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch, base, info.Mark == nil}
+			asks[partKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch, base, info.Mark == nil}
 			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
 			if info.Mark == nil && p.LeaderEpoch >= base {
 				// Promoted: epochs from the base on are D's epochs in the presented space, and D
@@ -96,7 +88,7 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 			t := &resp.Topics[i]
 			for j := range t.Partitions {
 				p := &t.Partitions[j]
-				a, ok := asks[shiftKey{t.Topic, p.Partition}]
+				a, ok := asks[partKey{t.Topic, p.Partition}]
 				if !ok || p.ErrorCode != 0 {
 					continue
 				}

@@ -3,11 +3,7 @@ package session
 // TxnOffsetCommit (key 28): source offsets in, destination offsets to D (see commits.go). The
 // KIP-447 generation, member and group instance fields pass unchanged.
 
-import (
-	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"offsetgate/catalog"
-)
+import "github.com/twmb/franz-go/pkg/kmsg"
 
 var txnOffsetCommitHandler = handler{request: txnOffsetCommitRequest}
 
@@ -23,19 +19,17 @@ func txnOffsetCommitRequest(s *Session, r *request) error {
 	for _, t := range req.Topics {
 		names = append(names, t.Topic)
 	}
-	if !s.known(r, names, txnOffsetCommitRequest) {
-		return nil
-	}
-	var topics []catalog.Topic
-	for _, t := range req.Topics {
-		if info := s.sourceTopic(t.Topic); info != nil {
-			topics = append(topics, *info)
+	collect := func() (parts []mirrorPart) {
+		for _, t := range req.Topics {
+			if info := s.sourceTopic(t.Topic); info != nil {
+				for _, p := range t.Partitions {
+					parts = append(parts, mirrorPart{*info, p.Partition})
+				}
+			}
 		}
+		return parts
 	}
-	if len(topics) == 0 {
-		return nil
-	}
-	if !s.viewed(r, nil, topics, txnOffsetCommitRequest) {
+	if !s.viewsReady(r, txnOffsetCommitRequest, names, collect) {
 		return nil
 	}
 	for i := range req.Topics {

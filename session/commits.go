@@ -6,8 +6,8 @@ package session
 // hole), its leader epoch as -1 (no destination epoch stands for a source epoch, and D does not
 // judge committed epochs); OffsetFetch gives back ToSource of what D holds and the source epoch
 // of the record before it, which is what a consumer commits and later validates with
-// OffsetForLeaderEpoch. Whole mirror topics' views are loaded first, since OffsetFetch may name
-// no topic at all.
+// OffsetForLeaderEpoch. Commits load the views of the partitions they name; OffsetFetch loads
+// whole topics', since it may name no topic at all.
 
 import (
 	"offsetgate/catalog"

@@ -110,8 +110,6 @@ type Mirror interface {
 	// Write mirrors one partition's source batches; code 0 means written (or an exact retry),
 	// and base is then the source offset of the first batch.
 	Write(ctx context.Context, t catalog.Topic, partition int32, records []byte) (code int16, msg string, base int64)
-	// Shift returns a partition's shift table as (source start, delta) pairs, in order.
-	Shift(ctx context.Context, t catalog.Topic, partition int32) ([][2]int64, error)
 }
 
 // Catalog is what the session asks about the destination's topics (package catalog).

@@ -10,6 +10,12 @@ import (
 	"offsetgate/view"
 )
 
+// partKey names a partition by topic name, for the answers of requests that name topics so.
+type partKey struct {
+	topic     string
+	partition int32
+}
+
 // mirrorPart is one partition of a mirror topic that a request names.
 type mirrorPart struct {
 	t         catalog.Topic
@@ -67,6 +73,19 @@ func (s *Session) viewed(r *request, parts []mirrorPart, topics []catalog.Topic,
 		}
 	}
 	return false
+}
+
+// viewsReady is the common start of handlers that translate named partitions: it makes sure
+// the names' topic ids are known, lists the partitions with a source view (collect), and makes
+// sure their views are loaded. When it reports false the handler returns at once: either no
+// partition has a view (the request passes unchanged) or a lookup or load was arranged, after
+// which handler runs again.
+func (s *Session) viewsReady(r *request, handler func(*Session, *request) error, names []string, collect func() []mirrorPart) bool {
+	if !s.known(r, names, handler) {
+		return false
+	}
+	parts := collect()
+	return len(parts) > 0 && s.viewed(r, parts, nil, handler)
 }
 
 // partView returns a loaded partition view, or nil.

@@ -188,13 +188,11 @@ func boundsOnce(ctx context.Context, adm *kadm.Client, topic string) (map[int32]
 
 // stream hands out one side's batches in order.
 type stream struct {
-	cl    *kgo.Client
-	topic string
-	part  int32
-	next  int64
-	to    int64
-	max   int32
-	buf   [][]byte
+	rd   *mirror.Reader
+	next int64
+	to   int64
+	max  int32
+	buf  [][]byte
 }
 
 func (s *stream) batch(ctx context.Context) ([]byte, error) {
@@ -202,7 +200,7 @@ func (s *stream) batch(ctx context.Context) ([]byte, error) {
 		if s.next >= s.to {
 			return nil, nil
 		}
-		bs, err := mirror.FetchRaw(ctx, s.cl, s.topic, s.part, s.next, s.max)
+		bs, _, err := s.rd.Fetch(ctx, s.next, s.max)
 		if err != nil {
 			return nil, err
 		}
@@ -237,8 +235,8 @@ func compare(ctx context.Context, cfg Config, r *Result) error {
 	if r.From >= r.To {
 		return nil
 	}
-	src := &stream{cl: cfg.Source, topic: cfg.Topic, part: r.Partition, next: r.From, to: r.To, max: cfg.MaxBytes}
-	px := &stream{cl: cfg.Proxy, topic: cfg.Topic, part: r.Partition, next: r.From, to: r.To, max: cfg.MaxBytes}
+	src := &stream{rd: mirror.NewReader(cfg.Source, cfg.Topic, r.Partition), next: r.From, to: r.To, max: cfg.MaxBytes}
+	px := &stream{rd: mirror.NewReader(cfg.Proxy, cfg.Topic, r.Partition), next: r.From, to: r.To, max: cfg.MaxBytes}
 	if cfg.Level == Records {
 		return compareRecords(ctx, src, px, r)
 	}
