@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"offsetgate/internal/ports"
 	"offsetgate/internal/testcerts"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
@@ -236,12 +236,10 @@ func mirrorForBench(ctx context.Context, cfg FetchConfig, topic string) error {
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ports.Addr()
 	if err != nil {
 		return err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	pcfg := proxy.Config{
 		Listen: addr, Bootstrap: cfg.Dest.Addrs(), InstanceID: "ogbench-writer",
 		BrokerPorts: map[int32]int{},
@@ -250,12 +248,11 @@ func mirrorForBench(ctx context.Context, cfg FetchConfig, topic string) error {
 		Mirroring: rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://ogbench/mirror", Topics: []string{topic}}}},
 	}
 	for _, n := range cfg.Dest.Nodes {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := ports.One()
 		if err != nil {
 			return err
 		}
-		pcfg.BrokerPorts[n.ID] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		pcfg.BrokerPorts[n.ID] = port
 	}
 	srv, err := proxy.New(pcfg, zap.NewNop())
 	if err != nil {

@@ -3,9 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"offsetgate/internal/ports"
 	"offsetgate/internal/testkafka"
 )
 
@@ -41,7 +40,7 @@ func startOffsetgateWith(ctx context.Context, bin string, dest *testkafka.Cluste
 	if err != nil {
 		return nil, err
 	}
-	admin, err := freePort()
+	admin, err := ports.One()
 	if err != nil {
 		return nil, err
 	}
@@ -180,42 +179,14 @@ func (p *ogProc) stop() {
 	}
 }
 
-// freeBase finds a port p below the ephemeral range such that p and the broker ports p+1+id
-// of dest's nodes are free on loopback.
+// freeBase finds a port p such that p and the broker ports p+1+id of dest's nodes are free on
+// loopback.
 func freeBase(dest *testkafka.Cluster) (int, error) {
-	for i := 0; i < 500; i++ {
-		p := 20000 + rand.IntN(12000)
-		ports := []int{p}
-		for _, n := range dest.Nodes {
-			ports = append(ports, p+1+int(n.ID))
-		}
-		ok := true
-		var ls []net.Listener
-		for _, q := range ports {
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(q)))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return p, nil
-		}
+	maxID := int32(0)
+	for _, n := range dest.Nodes {
+		maxID = max(maxID, n.ID)
 	}
-	return 0, errors.New("no free port range on loopback")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports.Block(int(maxID) + 2)
 }
 
 func tailFile(path string, n int) string {

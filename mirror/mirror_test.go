@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"regexp"
 	"strconv"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
+	"offsetgate/internal/ports"
 	"offsetgate/internal/testcerts"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
@@ -89,24 +88,13 @@ func newEnv(t testing.TB, prefix string, mutate func(*proxy.Config)) *env {
 	return e
 }
 
+// freeBase finds a port p with p and the broker ports p+2, p+3 free on loopback.
 func freeBase(t testing.TB) int {
-	for i := 0; i < 200; i++ {
-		p := 20000 + rand.IntN(30000)
-		ok := true
-		for _, q := range []int{p, p + 2, p + 3} {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return p
-		}
+	p, err := ports.Block(4)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free ports")
-	return 0
+	return p
 }
 
 func (e *env) mirrorConfig(topics ...string) mirror.Config {

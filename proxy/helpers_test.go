@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sort"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap/zaptest"
 
+	"offsetgate/internal/ports"
 	"offsetgate/internal/testkafka"
 	"offsetgate/proxy"
 )
@@ -32,31 +32,15 @@ type running struct {
 // free on loopback.
 func freeBase(t testing.TB, c *testkafka.Cluster) int {
 	t.Helper()
-	for i := 0; i < 200; i++ {
-		p := 20000 + rand.IntN(30000)
-		ok := true
-		ports := []int{p}
-		for _, n := range c.Nodes {
-			ports = append(ports, p+1+int(n.ID))
-		}
-		var ls []net.Listener
-		for _, q := range ports {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return p
-		}
+	maxID := int32(0)
+	for _, n := range c.Nodes {
+		maxID = max(maxID, n.ID)
 	}
-	t.Fatal("no free port range")
-	return 0
+	p, err := ports.Block(int(maxID) + 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func startProxy(t testing.TB, dest *testkafka.Cluster, transport string, mutate func(*proxy.Config)) *running {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"regexp"
 	"sort"
@@ -20,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"offsetgate/internal/ports"
 	"offsetgate/internal/testcerts"
 	"offsetgate/mirror"
 	"offsetgate/proxy"
@@ -72,7 +72,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("certificates", err)
 	}
-	port, err := freePortRange(len(dst.ListenAddrs()) + 2)
+	port, err := ports.Block(len(dst.ListenAddrs()) + 2)
 	if err != nil {
 		return fail("ports", err)
 	}
@@ -358,25 +358,4 @@ func compare(ctx context.Context, a, b []string, topic string) (string, int, err
 		}
 	}
 	return "", total, nil
-}
-
-// freePortRange finds a port p with p..p+n-1 free on loopback (offsetgate's bootstrap port and
-// its broker ports p+1+id).
-func freePortRange(n int) (int, error) {
-	for i := 0; i < 100; i++ {
-		p := 20000 + rand.IntN(30000)
-		ok := true
-		for q := p; q < p+n+1; q++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("no free ports")
 }

@@ -26,6 +26,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/internal/ports"
 )
 
 // KafkaVersion is the pinned Apache Kafka release; testenv/kafka/pom.xml must say the same.
@@ -189,17 +191,17 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	names := clientListeners(o.Secure)
 
-	ports, err := freePorts(o.Brokers*len(names) + 1)
+	pp, err := freePorts(o.Brokers*len(names) + 1)
 	if err != nil {
 		c.Stop()
 		return nil, err
 	}
-	ctrlPort := ports[len(ports)-1]
+	ctrlPort := pp[len(pp)-1]
 	for i := 0; i < o.Brokers; i++ {
-		n := &Node{ID: int32(i + 1), Controller: i == 0, Port: ports[i], listeners: map[string]int{}}
+		n := &Node{ID: int32(i + 1), Controller: i == 0, Port: pp[i], listeners: map[string]int{}}
 		n.listeners[ListenerPlaintext] = n.Port
 		for j, name := range names[1:] {
-			n.listeners[name] = ports[o.Brokers*(j+1)+i]
+			n.listeners[name] = pp[o.Brokers*(j+1)+i]
 		}
 		if n.Controller {
 			n.CtrlPort = ctrlPort
@@ -264,21 +266,16 @@ func newClusterID() string {
 	}
 }
 
+// freePorts picks n consecutive free ports below the ephemeral range, so that no outgoing
+// connection takes one while the JVM starts.
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testkafka: free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	p, err := ports.Block(n)
+	if err != nil {
+		return nil, fmt.Errorf("testkafka: %w", err)
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = p + i
 	}
 	return out, nil
 }
