@@ -33,13 +33,15 @@ func TestBadInputClosesConnection(t *testing.T) {
 				send     []byte
 				midClose bool
 			}{
-				"garbage":      {send: []byte("hello offsetgate, this is not kafka\r\n")},
-				"tls hello":    {send: tlsHello},
-				"oversized":    {send: []byte{0, 0x20, 0, 0, 0, 0, 0, 0}},
-				"negative":     {send: []byte{0x80, 0, 0, 0, 1, 2, 3, 4}},
-				"unknown key":  {send: unknownKey},
-				"disconnect":   {send: []byte{0, 0, 0x10, 0, 0, 18, 0, 3}, midClose: true},
-				"short header": {send: []byte{0, 0, 0, 3, 0, 18, 0}},
+				"garbage":     {send: []byte("hello offsetgate, this is not kafka\r\n")},
+				"tls hello":   {send: tlsHello},
+				"oversized":   {send: []byte{0, 0x20, 0, 0, 0, 0, 0, 0}},
+				"negative":    {send: []byte{0x80, 0, 0, 0, 1, 2, 3, 4}},
+				"unknown key": {send: unknownKey},
+				"disconnect":  {send: []byte{0, 0, 0x10, 0, 0, 18, 0, 3}, midClose: true},
+				// a frame over the event loops' read buffer, assembled apart (proxy's assembly)
+				"large disconnect": {send: append([]byte{0, 0x09, 0x60, 0}, make([]byte, 200<<10)...), midClose: true},
+				"short header":     {send: []byte{0, 0, 0, 3, 0, 18, 0}},
 			}
 			for name, tc := range cases {
 				c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)

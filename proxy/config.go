@@ -82,6 +82,11 @@ type Limits struct {
 	// none. Buffers churn under load; the limit makes the collector return memory sooner.
 	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
 	DrainTimeout     time.Duration `yaml:"drain_timeout"`
+	// SocketSendBytes is the kernel send buffer (SO_SNDBUF) of client and upstream sockets;
+	// 0 means 4 MiB, -1 the kernel's own sizing. A large Fetch answer or Produce request that
+	// the socket takes in one write is not copied into the event loop's outbound buffer first;
+	// the kernel caps the value at net.core.wmem_max.
+	SocketSendBytes int `yaml:"socket_send_bytes"`
 }
 
 // LogConfig selects the log format and level.
@@ -120,6 +125,9 @@ func (c *Config) Defaults() {
 	}
 	if l.DrainTimeout == 0 {
 		l.DrainTimeout = 15 * time.Second
+	}
+	if l.SocketSendBytes == 0 {
+		l.SocketSendBytes = 4 << 20
 	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"

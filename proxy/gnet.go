@@ -35,13 +35,16 @@ type gnetTransport struct {
 
 // gnetClient is one client connection and its upstream.
 type gnetClient struct {
-	t      *gnetTransport
-	c      gnet.Conn
-	up     gnet.Conn
-	sess   *session.Session
-	log    *zap.Logger
-	node   int32 // -1: bootstrap
-	closed bool
+	t    *gnetTransport
+	c    gnet.Conn
+	up   gnet.Conn
+	sess *session.Session
+	// inFrame and upFrame are large frames being read from the client and the upstream (see
+	// assembly).
+	inFrame, upFrame assembly
+	log              *zap.Logger
+	node             int32 // -1: bootstrap
+	closed           bool
 	// side and err say who ended the connection and why, for the one log line.
 	side string
 	err  error
@@ -69,6 +72,9 @@ func (t *gnetTransport) run(addr string) error {
 	}
 	if n > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(n))
+	}
+	if v := t.srv.cfg.Limits.SocketSendBytes; v > 0 {
+		opts = append(opts, gnet.WithSocketSendBuffer(v))
 	}
 	return gnet.Run(t, "tcp://"+addr, opts...)
 }
@@ -160,6 +166,8 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 		delete(t.waiting, v)
 		t.drainMu.Unlock()
 		v.sess.Close()
+		v.inFrame.release()
+		v.upFrame.release()
 		if v.side == "" {
 			v.side, v.err = "client", err
 		}
@@ -211,16 +219,52 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 	if cl.up == nil {
 		return cl.checkBuffered(lim.MaxBufferedBytes)
 	}
-	ok, err := wholeFrames(cl.c, cl.sess.FrameSize)
-	if err != nil {
-		return cl.fail("client", err)
-	}
-	if ok {
-		buf, _ := cl.c.Peek(-1)
-		n, err := cl.sess.HandleClient(buf)
-		discard(cl.c, n)
+	for {
+		if cl.inFrame.want > 0 {
+			whole, err := cl.inFrame.fill(cl.c)
+			if err != nil {
+				return cl.fail("client", err)
+			}
+			if !whole {
+				break
+			}
+			used, err := cl.sess.HandleClient(cl.inFrame.buf)
+			if err != nil {
+				return cl.fail("client", err)
+			}
+			if used == 0 {
+				break // paused: the frame waits here until the session resumes
+			}
+			cl.inFrame.release()
+			continue // gnet's buffer may hold the start of the next frame
+		}
+		n := cl.c.InboundBuffered()
+		if n < 4 {
+			break
+		}
+		p, err := cl.c.Peek(4)
 		if err != nil {
 			return cl.fail("client", err)
+		}
+		want, err := cl.sess.FrameSize(p)
+		if err != nil {
+			return cl.fail("client", err)
+		}
+		if n < want {
+			if want < largeFrame {
+				break
+			}
+			cl.inFrame.start(cl.c, want)
+			continue
+		}
+		buf, _ := cl.c.Peek(-1)
+		used, err := cl.sess.HandleClient(buf)
+		discard(cl.c, used)
+		if err != nil {
+			return cl.fail("client", err)
+		}
+		if used == 0 {
+			break
 		}
 	}
 	if a := cl.checkBuffered(lim.MaxBufferedBytes); a != gnet.None {
@@ -238,23 +282,58 @@ func (cl *gnetClient) checkBuffered(max int) gnet.Action {
 }
 
 func (cl *gnetClient) upstreamTraffic() gnet.Action {
-	ok, err := wholeFrames(cl.up, cl.sess.UpstreamFrameSize)
-	if err != nil {
-		cl.failClient("upstream", err)
-		return gnet.Close
+	for {
+		if cl.upFrame.want > 0 {
+			whole, err := cl.upFrame.fill(cl.up)
+			if err != nil {
+				cl.failClient("upstream", err)
+				return gnet.Close
+			}
+			if !whole {
+				return gnet.None
+			}
+			_, err = cl.sess.HandleUpstream(cl.upFrame.buf)
+			cl.upFrame.release()
+			if err != nil {
+				cl.failClient("upstream", err)
+				return gnet.Close
+			}
+			cl.t.srv.bufferMark(cl.c.OutboundBuffered())
+			continue // gnet's buffer may hold the start of the next frame
+		}
+		n := cl.up.InboundBuffered()
+		if n < 4 {
+			return gnet.None
+		}
+		p, err := cl.up.Peek(4)
+		if err != nil {
+			cl.failClient("upstream", err)
+			return gnet.Close
+		}
+		want, err := cl.sess.UpstreamFrameSize(p)
+		if err != nil {
+			cl.failClient("upstream", err)
+			return gnet.Close
+		}
+		if n < want {
+			if want < largeFrame {
+				return gnet.None
+			}
+			cl.upFrame.start(cl.up, want)
+			continue
+		}
+		buf, _ := cl.up.Peek(-1)
+		used, err := cl.sess.HandleUpstream(buf)
+		discard(cl.up, used)
+		if err != nil {
+			cl.failClient("upstream", err)
+			return gnet.Close
+		}
+		cl.t.srv.bufferMark(cl.c.OutboundBuffered())
+		if used == 0 {
+			return gnet.None
+		}
 	}
-	if !ok {
-		return gnet.None
-	}
-	buf, _ := cl.up.Peek(-1)
-	n, err := cl.sess.HandleUpstream(buf)
-	discard(cl.up, n)
-	if err != nil {
-		cl.failClient("upstream", err)
-		return gnet.Close
-	}
-	cl.t.srv.bufferMark(cl.c.OutboundBuffered())
-	return gnet.None
 }
 
 func (cl *gnetClient) fail(side string, err error) gnet.Action {

@@ -395,6 +395,13 @@ func (s *Server) ensureListeners() {
 	}
 }
 
+// setSendBuffer sizes a socket's kernel send buffer (see Limits.SocketSendBytes).
+func setSendBuffer(c net.Conn, n int) {
+	if tc, ok := c.(*net.TCPConn); ok && n > 0 {
+		_ = tc.SetWriteBuffer(n)
+	}
+}
+
 // accept takes connections from a Go listener and hands them to the transport.
 func (s *Server) accept(l net.Listener, node int32) {
 	for {
@@ -411,6 +418,7 @@ func (s *Server) accept(l net.Listener, node int32) {
 			c.Close()
 			continue
 		}
+		setSendBuffer(c, s.cfg.Limits.SocketSendBytes)
 		if s.gnet != nil {
 			if err := s.gnet.enroll(c, node); err != nil {
 				s.log.Warn("cannot hand a connection to the event loops", zap.Error(err))
@@ -444,6 +452,7 @@ func (s *Server) dialUpstream(node int32) (net.Conn, error) {
 		if err == nil {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetNoDelay(true)
+				setSendBuffer(tc, s.cfg.Limits.SocketSendBytes)
 			}
 			if s.upTLS == nil {
 				return c, nil

@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/panjf2000/gnet/v2/pkg/pool/byteslice"
+	"golang.org/x/sys/unix"
+)
+
+// largeFrame is the frame size from which a frame is assembled in a buffer of its own, read
+// straight from the socket, rather than in gnet's inbound buffer. gnet reads a socket in
+// chunks of its read buffer (64 KiB) and copies every chunk a handler leaves unread into the
+// connection's ring buffer, then copies it out again when the ring has wrapped: for a 1 MiB
+// Fetch answer that is two copies of every byte and sixteen read calls. Read straight into a
+// buffer of the frame's size, the frame costs the kernel's copy and about one call.
+const largeFrame = 128 << 10
+
+// firstChunk is the most an assembly holds before the bytes arrive: a frame's size prefix is
+// the peer's claim, and a peer that claims 100 MiB and sends nothing must not cost 100 MiB.
+const firstChunk = 1 << 20
+
+// assembly is one large frame being read from a gnet connection. Only the connection's event
+// loop touches it.
+type assembly struct {
+	buf  []byte // the frame so far, its 4-byte size included
+	want int    // the whole frame's length; 0: no frame in progress
+}
+
+// start takes a frame of want bytes whose first bytes sit in c's inbound buffer.
+func (a *assembly) start(c gnet.Conn, want int) {
+	a.buf, a.want = byteslice.Get(min(want, firstChunk))[:0], want
+	a.take(c)
+}
+
+// grow makes room for more of the frame, at most doubling what arrived so far.
+func (a *assembly) grow() {
+	nb := byteslice.Get(min(a.want, 2*cap(a.buf)))[:len(a.buf)]
+	copy(nb, a.buf)
+	byteslice.Put(a.buf)
+	a.buf = nb
+}
+
+// take moves what c's inbound buffer holds of the frame into the assembly.
+func (a *assembly) take(c gnet.Conn) {
+	k := min(c.InboundBuffered(), a.want-len(a.buf))
+	if k <= 0 {
+		return
+	}
+	for cap(a.buf)-len(a.buf) < k {
+		a.grow()
+	}
+	p, _ := c.Peek(k)
+	a.buf = append(a.buf, p...)
+	_, _ = c.Discard(k)
+}
+
+// fill reads the rest of the frame straight from the socket. It reports whether the frame is
+// whole; false with a nil error means the socket had nothing more for now, and the event loop
+// calls back when it has.
+func (a *assembly) fill(c gnet.Conn) (bool, error) {
+	a.take(c)
+	for len(a.buf) < a.want {
+		if len(a.buf) == cap(a.buf) {
+			a.grow()
+		}
+		n, err := unix.Read(c.Fd(), a.buf[len(a.buf):min(a.want, cap(a.buf))])
+		switch {
+		case errors.Is(err, unix.EAGAIN):
+			return false, nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return false, fmt.Errorf("reading a %d-byte frame: %w", a.want, err)
+		case n == 0:
+			return false, fmt.Errorf("reading a %d-byte frame: %w", a.want, io.ErrUnexpectedEOF)
+		}
+		a.buf = a.buf[:len(a.buf)+n]
+	}
+	return true, nil
+}
+
+// release returns the buffer; whoever was handed the frame has copied what it keeps.
+func (a *assembly) release() {
+	if a.buf != nil {
+		byteslice.Put(a.buf)
+	}
+	a.buf, a.want = nil, 0
+}
