@@ -31,15 +31,21 @@ import (
 	"offsetgate/internal/testkafka"
 )
 
-// The three paths.
+// The three paths, and a fourth when a baseline binary is given.
 const (
 	PathDirect     = "direct"
 	PathRelay      = "relay"
 	PathOffsetgate = "offsetgate"
+	// PathBaseline is another offsetgate binary (an earlier build, say) measured in the same
+	// run, so that a change to offsetgate is judged against what it replaces on equal terms.
+	PathBaseline = "baseline"
 )
 
-// Paths lists the paths in report order.
+// Paths lists the paths every run measures, in report order.
 var Paths = []string{PathDirect, PathRelay, PathOffsetgate}
+
+// allPaths is Paths and the baseline, for what a run may hold.
+var allPaths = []string{PathDirect, PathRelay, PathOffsetgate, PathBaseline}
 
 // Config is one benchmark run.
 type Config struct {
@@ -47,6 +53,8 @@ type Config struct {
 	Dest *testkafka.Cluster
 	// OffsetgateBin is the offsetgate binary (`offsetgate serve` is run from it).
 	OffsetgateBin string
+	// BaselineBin, when set, is a second offsetgate binary measured as path "baseline".
+	BaselineBin string
 	// Relay makes the command that runs RelayMain for the given broker addresses.
 	Relay func(targets []string) *exec.Cmd
 	// Mode labels the run in the report: "full", "quick", "test".
@@ -125,6 +133,8 @@ type Settings struct {
 	Consumer            string  `json:"consumer"`
 	OffsetgateTransport string  `json:"offsetgate_transport"`
 	Units               string  `json:"units"`
+	// Baseline describes the baseline binary, when one was measured.
+	Baseline string `json:"baseline,omitempty"`
 }
 
 // Case is one record size and partition count.
@@ -288,6 +298,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			Units: "MB = 1e6 bytes of record payload, GB = 1e9; CPU in seconds (utime+stime from /proc)",
 		},
 	}
+	if cfg.BaselineBin != "" {
+		rep.Settings.Baseline = cfg.BaselineBin
+		if c := binaryCommit(cfg.BaselineBin); c != "" {
+			rep.Settings.Baseline += ", built from commit " + c
+		}
+	}
 	r := &runner{cfg: cfg, rep: rep, runID: strconv.FormatInt(time.Now().Unix()%1e6, 36) + strconv.Itoa(rand.IntN(1000)),
 		payloads: map[int][]byte{}}
 	for _, n := range cfg.Dest.Nodes {
@@ -337,6 +353,15 @@ func (r *runner) run(ctx context.Context) error {
 		{name: PathOffsetgate, opts: []kgo.Opt{common, kgo.SeedBrokers(og.listen)}, pid: og.pid()},
 	}
 	r.logf("offsetgate %s (pid %d, admin %s), relay pid %d %v, brokers %s", og.listen, og.pid(), og.admin, relay.pid(), relay.addr, cfg.Dest.Bootstrap())
+	if cfg.BaselineBin != "" {
+		base, err := startOffsetgate(ctx, cfg.BaselineBin, cfg.Dest, cfg.LogDir, "baseline")
+		if err != nil {
+			return fmt.Errorf("baseline offsetgate: %w", err)
+		}
+		defer base.stop()
+		r.paths = append(r.paths, pathSetup{name: PathBaseline, opts: []kgo.Opt{common, kgo.SeedBrokers(base.listen)}, pid: base.pid()})
+		r.logf("baseline offsetgate %s (pid %d) from %s", base.listen, base.pid(), cfg.BaselineBin)
+	}
 
 	// A small topic with a partition on every broker warms up consumers, and a first pass of
 	// data through every path warms up the brokers' JIT, before anything is measured.
@@ -741,8 +766,11 @@ func medianOf(ss []Sample, f func(Sample) float64) float64 {
 
 func throughputs(m map[string][]Sample) []Throughput {
 	var out []Throughput
-	for _, p := range Paths {
-		ss := m[p]
+	for _, p := range allPaths {
+		ss, ok := m[p]
+		if !ok && p == PathBaseline {
+			continue
+		}
 		t := Throughput{Path: p, Samples: ss,
 			MBps:           medianOf(ss, func(s Sample) float64 { return s.MBps }),
 			ProxyCPUPerGB:  medianOf(ss, func(s Sample) float64 { return perGB(s.ProxyCPU, s.Bytes) }),
@@ -761,8 +789,11 @@ func throughputs(m map[string][]Sample) []Throughput {
 
 func latencies(m map[string][]Sample) []Latency {
 	var out []Latency
-	for _, p := range Paths {
-		ss := m[p]
+	for _, p := range allPaths {
+		ss, ok := m[p]
+		if !ok && p == PathBaseline {
+			continue
+		}
 		out = append(out, Latency{Path: p, Samples: ss,
 			AchievedMBps:  medianOf(ss, func(s Sample) float64 { return s.MBps }),
 			P50Ms:         medianOf(ss, func(s Sample) float64 { return s.P50Ms }),

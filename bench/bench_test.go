@@ -48,6 +48,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	cfg := bench.Config{
 		Dest:          pair.Dest,
 		OffsetgateBin: bin,
+		BaselineBin:   bin, // the same binary: the comparison's plumbing, not its numbers
 		Relay: func(targets []string) *exec.Cmd {
 			c := exec.Command(os.Args[0], "-test.run=^$")
 			c.Env = append(os.Environ(), relayEnv+"="+strings.Join(targets, ","))
@@ -71,17 +72,18 @@ func TestBenchEndToEnd(t *testing.T) {
 	if len(rep.Cases) != 4 {
 		t.Fatalf("%d cases, want 4", len(rep.Cases))
 	}
+	paths := append(append([]string(nil), bench.Paths...), bench.PathBaseline)
 	for _, c := range rep.Cases {
 		want := int64(c.Records) * int64(c.RecordBytes)
 		if c.Records != int(cfg.BytesPerCase)/c.RecordBytes {
 			t.Errorf("%s: %d records per path, want %d", c.Name, c.Records, int(cfg.BytesPerCase)/c.RecordBytes)
 		}
 		for what, ts := range map[string][]bench.Throughput{"saturation": c.Saturation, "consume": c.Consume} {
-			if len(ts) != len(bench.Paths) {
+			if len(ts) != len(paths) {
 				t.Fatalf("%s %s: %d paths", c.Name, what, len(ts))
 			}
 			for i, tp := range ts {
-				if tp.Path != bench.Paths[i] || len(tp.Samples) != 1 {
+				if tp.Path != paths[i] || len(tp.Samples) != 1 {
 					t.Fatalf("%s %s: path %q with %d samples", c.Name, what, tp.Path, len(tp.Samples))
 				}
 				s := tp.Samples[0]
@@ -96,7 +98,7 @@ func TestBenchEndToEnd(t *testing.T) {
 				}
 			}
 		}
-		if c.FixedLoad == nil || c.FixedLoad.OfferedMBps <= 0 || len(c.FixedLoad.Paths) != len(bench.Paths) {
+		if c.FixedLoad == nil || c.FixedLoad.OfferedMBps <= 0 || len(c.FixedLoad.Paths) != len(paths) {
 			t.Fatalf("%s: fixed load missing: %+v", c.Name, c.FixedLoad)
 		}
 		for _, l := range c.FixedLoad.Paths {
@@ -121,6 +123,9 @@ func TestBenchEndToEnd(t *testing.T) {
 	if len(rep.Targets) != 2*len(rep.Cases)+1 {
 		t.Errorf("%d targets evaluated", len(rep.Targets))
 	}
+	if !strings.Contains(rep.Settings.Baseline, bin) {
+		t.Errorf("the report does not name the baseline binary: %q", rep.Settings.Baseline)
+	}
 	if rep.Machine.Nproc <= 0 || rep.Versions.Go == "" || rep.Versions.Kafka == "" || rep.Versions.Offsetgate == "" {
 		t.Errorf("machine or versions missing: %+v %+v", rep.Machine, rep.Versions)
 	}
@@ -143,7 +148,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		t.Errorf("chart: %.200s", s)
 	}
 	bench.WriteTable(&table, back)
-	for _, want := range []string{"Produce saturation", "fixed load", "Consume", "Idle connections", "Targets"} {
+	for _, want := range []string{"Produce saturation", "fixed load", "Consume", "against the baseline binary", "Idle connections", "Targets"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

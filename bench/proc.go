@@ -206,25 +206,7 @@ func versions(kafka, offsetgateBin string) Versions {
 			v.Offsetgate = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 		}
 	}
-	// The commit offsetgate was built from, as the Go toolchain stamped it into the binary.
-	if bi, err := buildinfo.ReadFile(offsetgateBin); err == nil {
-		var rev, modified string
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value
-			}
-		}
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		if rev != "" && modified == "true" {
-			rev += " with uncommitted changes"
-		}
-		v.OffsetgateCommit = rev
-	}
+	v.OffsetgateCommit = binaryCommit(offsetgateBin)
 	// Without VCS stamping (-buildvcs=false), the working tree's commit (scripts/bench builds
 	// offsetgate from it), marked when Go sources that go into the binary differ from it.
 	if v.OffsetgateCommit == "" {
@@ -238,4 +220,29 @@ func versions(kafka, offsetgateBin string) Versions {
 		}
 	}
 	return v
+}
+
+// binaryCommit is the commit a Go binary was built from, as the toolchain stamped it into the
+// binary ("" without VCS stamping).
+func binaryCommit(bin string) string {
+	bi, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return ""
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" && modified == "true" {
+		rev += " with uncommitted changes"
+	}
+	return rev
 }

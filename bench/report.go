@@ -139,6 +139,8 @@ func WriteTable(w io.Writer, rep *Report) {
 
 	throughputTable("Consume (read the direct path's data set back from the start)", func(c Case) []Throughput { return c.Consume })
 
+	baselineTables(w, rep)
+
 	if len(rep.Memory) > 0 {
 		fmt.Fprintf(w, "\nMemory after the throughput cases:")
 		for i, m := range rep.Memory {
@@ -190,4 +192,45 @@ func sizeString(b int64) string {
 	default:
 		return fmt.Sprintf("%d B", b)
 	}
+}
+
+// baselineTables compares offsetgate with the baseline binary, when the run measured one.
+func baselineTables(w io.Writer, rep *Report) {
+	if len(rep.Cases) == 0 {
+		return
+	}
+	if _, ok := find(rep.Cases[0].Saturation, tpath, PathBaseline); !ok {
+		return
+	}
+	fmt.Fprintf(w, "\nOffsetgate against the baseline binary (%s), same run; og/base > 100%% is faster, CPU ratio < 100%% is cheaper\n", rep.Settings.Baseline)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\tmeasure\tbaseline MB/s\toffsetgate MB/s\tog/base\tbaseline CPU s/GB\toffsetgate CPU s/GB\tCPU og/base\t")
+	row := func(c Case, what string, ts []Throughput) {
+		b, _ := find(ts, tpath, PathBaseline)
+		o, _ := find(ts, tpath, PathOffsetgate)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%s\t\n", c.Name, what, b.MBps, o.MBps, pct(o.MBps, b.MBps),
+			b.ProxyCPUPerGB, o.ProxyCPUPerGB, pct(o.ProxyCPUPerGB, b.ProxyCPUPerGB))
+	}
+	for _, c := range rep.Cases {
+		row(c, "saturation", c.Saturation)
+		row(c, "consume", c.Consume)
+	}
+	tw.Flush()
+	fmt.Fprintln(tw, "case\tbaseline p50\tp99\tCPU s/GB\toffsetgate p50\tp99\tCPU s/GB\t")
+	for _, c := range rep.Cases {
+		if c.FixedLoad == nil {
+			continue
+		}
+		b, _ := find(c.FixedLoad.Paths, lpath, PathBaseline)
+		o, _ := find(c.FixedLoad.Paths, lpath, PathOffsetgate)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", c.Name, b.P50Ms, b.P99Ms, b.ProxyCPUPerGB, o.P50Ms, o.P99Ms, o.ProxyCPUPerGB)
+	}
+	tw.Flush()
+}
+
+func pct(a, b float64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*a/b)
 }

@@ -215,6 +215,9 @@ func (c *Config) Validate() error {
 	if l.MaxBufferedBytes < l.MaxFrameBytes {
 		bad("limits.max_buffered_bytes", "must be at least limits.max_frame_bytes (%d)", l.MaxFrameBytes)
 	}
+	if l.SocketSendBytes < -1 {
+		bad("limits.socket_send_bytes", "must be a byte count, or -1 for the kernel's own sizing")
+	}
 	switch c.Log.Format {
 	case "", "json", "console":
 	default:

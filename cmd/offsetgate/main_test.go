@@ -47,6 +47,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad transport": {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: udp\n", `"transport"`},
 		"no bootstrap":  {"listen: 127.0.0.1:9092\n", `"bootstrap"`},
 		"bad mirroring": {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nmirroring: {clients: [{client_id: x, topics: [t]}]}\n", "mirroring.clients[0]"},
+		"bad limit":     {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nlimits: {socket_send_bytes: -5}\n", `"limits.socket_send_bytes"`},
 		"tls on gnet":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: gnet\ntls: {upstream: {enabled: true}}\n", "gnet carries plaintext only"},
 	} {
 		code, _, errs := run("serve", "--config", write(tc.body))

@@ -2,7 +2,7 @@
 // to the brokers, through a minimal TCP relay, and through offsetgate, in one run. See
 // docs/benchmarks.md; scripts/bench builds it and offsetgate and runs it.
 //
-//	ogbench [run] [--quick] [--clusters FILE] [--offsetgate BIN] [--out FILE] [--svg FILE] ...
+//	ogbench [run] [--quick] [--clusters FILE] [--offsetgate BIN] [--baseline BIN] [--out FILE] [--svg FILE] ...
 //	ogbench chart --in FILE [--svg FILE]     redraw the chart (and print the table) from a JSON report
 //	ogbench relay HOST:PORT...               the relay process (started by run)
 package main
@@ -74,6 +74,7 @@ func run(args []string) error {
 	quick := fs.Bool("quick", false, "short run for CI: 32 MiB per case, 1 round, 1000 idle connections")
 	clusters := fs.String("clusters", "", "state file from scripts/kafka: use its destination cluster instead of starting one")
 	ogBin := fs.String("offsetgate", "bin/offsetgate", "offsetgate binary")
+	baseline := fs.String("baseline", "", "a second offsetgate binary (an earlier build) measured as path \"baseline\" in the same run (default outputs: docs/bench/baseline-DATE.json, no chart)")
 	mib := fs.Int("mib", 0, "MiB of record payload per case and path (default 512, quick 32)")
 	sizes := fs.String("sizes", "1024,65536", "record sizes in bytes, comma separated")
 	parts := fs.String("partitions", "1,16", "partition counts, comma separated")
@@ -114,15 +115,23 @@ func run(args []string) error {
 		docs = filepath.Join(root, "docs", "bench")
 	}
 	if *out == "" {
-		*out = filepath.Join(docs, "passthrough-"+date+".json")
-		if *quick {
+		switch {
+		case *quick:
 			*out = filepath.Join(docs, "tmp", "quick-"+date+".json")
+		case *baseline != "":
+			*out = filepath.Join(docs, "baseline-"+date+".json")
+		default:
+			*out = filepath.Join(docs, "passthrough-"+date+".json")
 		}
 	}
 	if *svg == "" {
-		*svg = filepath.Join(docs, "passthrough.svg")
-		if *quick {
+		switch {
+		case *quick:
 			*svg = filepath.Join(docs, "tmp", "quick.svg")
+		case *baseline != "":
+			*svg = "-" // the chart draws the three paths; the comparison is the table
+		default:
+			*svg = filepath.Join(docs, "passthrough.svg")
 		}
 	}
 	sz, err := ints(*sizes)
@@ -135,6 +144,11 @@ func run(args []string) error {
 	}
 	if _, err := os.Stat(*ogBin); err != nil {
 		return fmt.Errorf("offsetgate binary: %w (build it with go build -o bin/offsetgate ./cmd/offsetgate, or run scripts/bench)", err)
+	}
+	if *baseline != "" {
+		if _, err := os.Stat(*baseline); err != nil {
+			return fmt.Errorf("baseline binary: %w", err)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -181,6 +195,7 @@ func run(args []string) error {
 	cfg := bench.Config{
 		Dest:          dest,
 		OffsetgateBin: *ogBin,
+		BaselineBin:   *baseline,
 		Relay: func(targets []string) *exec.Cmd {
 			return exec.Command(exe, append([]string{"relay"}, targets...)...)
 		},
