@@ -18,8 +18,10 @@ import (
 // buffer of the frame's size, the frame costs the kernel's copy and about one call.
 const largeFrame = 128 << 10
 
-// firstChunk is the most an assembly holds before the bytes arrive: a frame's size prefix is
-// the peer's claim, and a peer that claims 100 MiB and sends nothing must not cost 100 MiB.
+// firstChunk is the most an assembly of a client's frame holds before the bytes arrive: a
+// frame's size prefix is the client's claim, and a client that claims 100 MiB and sends nothing
+// must not cost 100 MiB. Once it has sent that much, the buffer takes the whole frame at once
+// (growing step by step would copy the frame again at every step).
 const firstChunk = 1 << 20
 
 // assembly is one large frame being read from a gnet connection. Only the connection's event
@@ -29,15 +31,20 @@ type assembly struct {
 	want int    // the whole frame's length; 0: no frame in progress
 }
 
-// start takes a frame of want bytes whose first bytes sit in c's inbound buffer.
-func (a *assembly) start(c gnet.Conn, want int) {
-	a.buf, a.want = byteslice.Get(min(want, firstChunk))[:0], want
+// start takes a frame of want bytes whose first bytes sit in c's inbound buffer. A trusted
+// peer (the destination broker) gets a buffer of the frame's size at once.
+func (a *assembly) start(c gnet.Conn, want int, trusted bool) {
+	size := want
+	if !trusted {
+		size = min(want, firstChunk)
+	}
+	a.buf, a.want = byteslice.Get(size)[:0], want
 	a.take(c)
 }
 
-// grow makes room for more of the frame, at most doubling what arrived so far.
+// grow makes room for the whole frame.
 func (a *assembly) grow() {
-	nb := byteslice.Get(min(a.want, 2*cap(a.buf)))[:len(a.buf)]
+	nb := byteslice.Get(a.want)[:len(a.buf)]
 	copy(nb, a.buf)
 	byteslice.Put(a.buf)
 	a.buf = nb

@@ -254,7 +254,7 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			if want < largeFrame {
 				break
 			}
-			cl.inFrame.start(cl.c, want)
+			cl.inFrame.start(cl.c, want, false)
 			continue
 		}
 		buf, _ := cl.c.Peek(-1)
@@ -319,7 +319,7 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 			if want < largeFrame {
 				return gnet.None
 			}
-			cl.upFrame.start(cl.up, want)
+			cl.upFrame.start(cl.up, want, true)
 			continue
 		}
 		buf, _ := cl.up.Peek(-1)
