@@ -131,7 +131,9 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, fmt.Errorf("source: %w", err)
 	}
 	defer src.Close()
-	popts := []kgo.Opt{kgo.SeedBrokers(cfg.Proxy...), kgo.ClientID("offsetgate-mirror")}
+	// The mirror writes to topics it created a moment before: franz-go's default of 5 s
+	// between metadata refreshes could hold the first write of a new topic that long.
+	popts := []kgo.Opt{kgo.SeedBrokers(cfg.Proxy...), kgo.ClientID("offsetgate-mirror"), kgo.MetadataMinAge(250 * time.Millisecond)}
 	switch {
 	case cfg.Dial != nil:
 		popts = append(popts, kgo.Dialer(tlsDialer(cfg.Dial, cfg.ProxyTLS)))

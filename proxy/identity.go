@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -153,7 +154,10 @@ func saslLogin(ctx context.Context, c net.Conn, cfg *SASLConfig) error {
 
 // ownClientOpts are the kgo options for offsetgate's own requests to the destination.
 func (s *Server) ownClientOpts() ([]kgo.Opt, error) {
-	var opts []kgo.Opt
+	// offsetgate's own clients write ledger topics and read mirror topics moments after they
+	// were created; at franz-go's default (5 s between metadata refreshes) the first write or
+	// read of a new topic could wait that long for the client to learn its leader.
+	opts := []kgo.Opt{kgo.MetadataMinAge(250 * time.Millisecond)}
 	switch {
 	case s.cfg.Dial != nil:
 		dial := s.cfg.Dial
