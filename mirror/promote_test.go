@@ -40,8 +40,14 @@ func TestPromotionMovesProducers(t *testing.T) {
 		}
 		defer cl.Close()
 		for i := from; i < from+n; i++ {
-			if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("m%d", i))}).FirstErr(); err != nil {
+			rec, err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("m%d", i))}).First()
+			if err != nil {
 				t.Fatalf("producing m%d to %v: %v", i, addrs, err)
+			}
+			// The producer is told the offset its consumers will read the record at, through
+			// offsetgate after the promotion too (the destination's differs by the shift).
+			if rec.Offset != int64(i) {
+				t.Fatalf("m%d produced to %v at offset %d", i, addrs, rec.Offset)
 			}
 		}
 	}

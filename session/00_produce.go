@@ -11,7 +11,8 @@ package session
 // or identified (v13); an unknown name or id is looked up on the destination first.
 //
 // Responses from v10 (KIP-951) may carry endpoints of moved leaders: rewritten to proxy
-// addresses. Refused partitions are spliced into the broker's response.
+// addresses. Refused partitions are spliced into the broker's response. The offsets of
+// partitions of promoted topics are given in source terms (their consumers' view).
 
 import (
 	"context"
@@ -112,7 +113,9 @@ func produceRequest(s *Session, r *request) error {
 		}
 		topics[i] = info
 		if !ok && !byID {
-			unknown = append(unknown, t.Topic)
+			// The name points into the read buffer, which the transport reuses while the
+			// lookup below runs on another goroutine.
+			unknown = append(unknown, strings.Clone(t.Topic))
 		}
 		if !ok && byID {
 			unknown = append(unknown, "")
@@ -134,6 +137,20 @@ func produceRequest(s *Session, r *request) error {
 				_ = produceRequest(s, r)
 			}
 		}
+		return nil
+	}
+
+	// A topic promoted from a mirror keeps its source view: consumers read source offsets, so
+	// its producers must be told their records' offsets in the same terms.
+	var promoted []mirrorPart
+	for i, t := range req.Topics {
+		if info := topics[i]; info.Mark == nil && s.cfg.Catalog.Removed(info.ID) {
+			for _, p := range t.Partitions {
+				promoted = append(promoted, mirrorPart{info, p.Partition})
+			}
+		}
+	}
+	if len(promoted) > 0 && !s.viewed(r, promoted, nil, produceRequest) {
 		return nil
 	}
 
@@ -179,6 +196,9 @@ func produceRequest(s *Session, r *request) error {
 		if r.magic.present && !policy.Native() {
 			r.replace = stripMagic(r.frame, r.h)
 			r.magic.stripped = true
+		}
+		if len(promoted) > 0 {
+			r.onResp = rewritePromotedProduce
 		}
 		return nil
 	}
@@ -231,7 +251,48 @@ func finishRefused(s *Session, r *request, req kmsg.ProduceRequest, refused []re
 			s.endpoint(e.NodeID, &e.Host, &e.Port)
 		}
 		spliceProduce(&resp, refused, version)
+		promotedOffsets(s, &resp)
 		return resp.AppendTo(nil), true, nil
+	}
+}
+
+// rewritePromotedProduce is rewriteProduce for a request that wrote to a promoted topic.
+func rewritePromotedProduce(s *Session, version int16, body []byte) ([]byte, bool, error) {
+	resp := kmsg.ProduceResponse{Version: version}
+	if err := resp.ReadFrom(body); err != nil {
+		return nil, false, err
+	}
+	for i := range resp.Brokers {
+		e := &resp.Brokers[i]
+		s.endpoint(e.NodeID, &e.Host, &e.Port)
+	}
+	promotedOffsets(s, &resp)
+	return resp.AppendTo(nil), true, nil
+}
+
+// promotedOffsets turns the destination offsets of a Produce answer for promoted topics into
+// the source's, as their consumers see them.
+func promotedOffsets(s *Session, resp *kmsg.ProduceResponse) {
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		var info *catalog.Topic
+		if resp.Version >= 13 {
+			info = s.sourceTopicByID(t.TopicID)
+		} else {
+			info = s.sourceTopic(t.Topic)
+		}
+		if info == nil || info.Mark != nil {
+			continue
+		}
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			pv := s.partView(*info, p.Partition)
+			if pv == nil || p.ErrorCode != 0 {
+				continue
+			}
+			p.BaseOffset = pv.ToSource(p.BaseOffset)
+			p.LogStartOffset = pv.ToSource(p.LogStartOffset)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"strings"
 
 	"offsetgate/catalog"
 )
@@ -16,7 +17,7 @@ func (s *Session) known(r *request, names []string, handler func(*Session, *requ
 	var unknown []string
 	for _, n := range names {
 		if _, ok := s.cfg.Catalog.ByName(n); !ok {
-			unknown = append(unknown, n)
+			unknown = append(unknown, strings.Clone(n)) // the lookup outlives the request's buffer
 		}
 	}
 	if len(unknown) == 0 {
