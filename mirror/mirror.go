@@ -176,12 +176,15 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	conns := newConnPool(cfg)
 	defer conns.close()
+	// mirrored is the topics being mirrored; with --topic-regex a following run adds to it
+	// (on its group loop, which alone reads it while partitions run).
+	mirrored := cfg.Topics
 	lastSkip := map[string]string{} // print a group's skip reason once, not every pass
 	copyGroups := func(cctx context.Context) error {
 		if cfg.Groups == nil {
 			return nil
 		}
-		res, err := CopyGroups(cctx, src, px, cfg.Groups, cfg.Topics)
+		res, err := CopyGroups(cctx, src, px, cfg.Groups, mirrored)
 		if cfg.Progress != nil {
 			for _, g := range res {
 				switch {
@@ -197,19 +200,118 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		return err
 	}
+	tr := newTracker(cfg.Metrics)
+	stopReport := make(chan struct{})
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		var w io.Writer
+		if cfg.Live || cfg.follow {
+			w = cfg.Progress
+		}
+		tr.run(w, cfg.Live, cfg.ProgressEvery, stopReport)
+	}()
+	defer func() { close(stopReport); <-reportDone }()
+
+	// Partitions run on goroutines of their own; out is written as they finish (under outMu,
+	// since a following run with --topic-regex adds partitions while others run).
+	var outMu sync.Mutex
+	var out []PartitionSummary
+	sem := make(chan struct{}, cfg.Parallel)
+	var wg sync.WaitGroup
+	startJob := func(j job) {
+		st := tr.add(j.topic, j.part)
+		outMu.Lock()
+		i := len(out)
+		out = append(out, PartitionSummary{Topic: j.topic, Partition: j.part})
+		outMu.Unlock()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s := mirrorPartition(ctx, src, px, padm, conns, cfg, j.topic, j.part, st)
+			outMu.Lock()
+			out[i] = s
+			outMu.Unlock()
+			if s.Err != nil {
+				st.state.Store("stopped: " + s.Err.Error())
+			} else {
+				st.state.Store("done")
+			}
+			if cfg.Progress != nil && !cfg.Live {
+				status := "ok"
+				if s.Err != nil {
+					status = "error: " + s.Err.Error()
+				}
+				fmt.Fprintf(cfg.Progress, "%s[%d]: offsets %d..%d, %d batches, %d records, %d bytes: %s\n",
+					s.Topic, s.Partition, s.From, s.To, s.Batches, s.Records, s.Bytes, status)
+			}
+		}()
+	}
+
+	// discover starts the source topics that match --topic-regex and are not mirrored yet
+	// (a following run picks up topics created after it started). A topic that cannot be
+	// mirrored is reported once, and looked at again at every pass.
+	refusedNew := map[string]string{}
+	discover := func(dctx context.Context) {
+		found, err := resolveTopics(dctx, sadm, nil, cfg.TopicRegex)
+		if err != nil {
+			return // no match yet, or the source is away for a moment: the next pass sees
+		}
+		known := map[string]bool{}
+		for _, t := range mirrored {
+			known[t] = true
+		}
+		for _, topic := range found {
+			if known[topic] {
+				continue
+			}
+			n, err := prepareTopic(dctx, sadm, padm, topic, cfg.ReplicationFactor)
+			if err != nil {
+				if dctx.Err() == nil && cfg.Progress != nil && refusedNew[topic] != err.Error() {
+					fmt.Fprintf(cfg.Progress, "%s: new source topic not mirrored: %v\n", topic, err)
+				}
+				refusedNew[topic] = err.Error()
+				continue
+			}
+			delete(refusedNew, topic)
+			mirrored = append(mirrored, topic)
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "%s: new source topic, %d partitions: mirroring\n", topic, n)
+			}
+			for p := int32(0); p < n; p++ {
+				startJob(job{topic, p})
+			}
+		}
+	}
+
+	for _, j := range jobs {
+		startJob(j)
+	}
 	stopGroups := func() {}
 	if cfg.follow {
 		interval := cfg.GroupInterval
 		if interval <= 0 {
 			interval = 5 * time.Second
 		}
-		// The group and log-start loop ends with the run, or when every partition stopped.
+		// The group, log-start and discovery loop ends with the run, or when every partition
+		// stopped. With --topic-regex it
+		// counts as a partition of its own: the run then lasts until ctx ends, ready for new
+		// topics, and the loop may start partitions while the run waits for them.
 		gctx, gcancel := context.WithCancel(ctx)
 		stopGroups = gcancel
 		gdone := make(chan struct{})
 		defer func() { gcancel(); <-gdone }()
+		discovering := cfg.TopicRegex != nil
+		if discovering {
+			wg.Add(1)
+		}
 		go func() {
 			defer close(gdone)
+			if discovering {
+				defer wg.Done()
+			}
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for {
@@ -217,11 +319,14 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 				case <-gctx.Done():
 					return
 				case <-t.C:
+					if discovering {
+						discover(gctx)
+					}
 					if err := copyGroups(gctx); err != nil && gctx.Err() == nil && cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
 					}
 					// The source's retention moves its log start: the mirror's follows.
-					moved, err := FollowLogStart(gctx, src, px, cfg.Topics)
+					moved, err := FollowLogStart(gctx, src, px, mirrored)
 					if cfg.Progress != nil && gctx.Err() == nil {
 						if err != nil {
 							fmt.Fprintf(cfg.Progress, "following the source's log start: %v\n", err)
@@ -236,51 +341,11 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			}
 		}()
 	}
-	tr := newTracker(cfg.Metrics)
-	stats := make([]*partStats, len(jobs))
-	for i, j := range jobs {
-		stats[i] = tr.add(j.topic, j.part)
-	}
-	stopReport := make(chan struct{})
-	reportDone := make(chan struct{})
-	go func() {
-		defer close(reportDone)
-		var w io.Writer
-		if cfg.Live || cfg.follow {
-			w = cfg.Progress
-		}
-		tr.run(w, cfg.Live, cfg.ProgressEvery, stopReport)
-	}()
-	defer func() { close(stopReport); <-reportDone }()
-	out := make([]PartitionSummary, len(jobs))
-	sem := make(chan struct{}, cfg.Parallel)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			out[i] = mirrorPartition(ctx, src, px, padm, conns, cfg, j.topic, j.part, stats[i])
-			if out[i].Err != nil {
-				stats[i].state.Store("stopped: " + out[i].Err.Error())
-			} else {
-				stats[i].state.Store("done")
-			}
-			if cfg.Progress != nil && !cfg.Live {
-				s := out[i]
-				status := "ok"
-				if s.Err != nil {
-					status = "error: " + s.Err.Error()
-				}
-				fmt.Fprintf(cfg.Progress, "%s[%d]: offsets %d..%d, %d batches, %d records, %d bytes: %s\n",
-					s.Topic, s.Partition, s.From, s.To, s.Batches, s.Records, s.Bytes, status)
-			}
-		}()
-	}
 	wg.Wait()
 	stopGroups()
+	outMu.Lock()
 	sum := Summary{Partitions: out, Elapsed: time.Since(start)}
+	outMu.Unlock()
 	if err := sum.Err(); err != nil {
 		return sum, err
 	}

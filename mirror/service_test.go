@@ -6,6 +6,7 @@ import (
 	"errors"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,4 +182,104 @@ type timedLog struct {
 func (w timedLog) Write(p []byte) (int, error) {
 	w.t.Logf("%v: %s", time.Since(w.start).Round(time.Millisecond), bytes.TrimSpace(p))
 	return len(p), nil
+}
+
+// A following run with --topic-regex mirrors source topics created after it started, and says
+// so; a new matching topic it cannot mirror (compacted) is reported and left alone.
+func TestFollowRegexNewTopics(t *testing.T) {
+	prefix := testkafka.Names(t, "disc")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	first, later, compacted := prefix+"-r1", prefix+"-r2", prefix+"-r3"
+	if err := s.CreateTopic(ctx, first, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, first, 20)
+
+	progress := &syncBuf{}
+	cfg := e.mirrorConfig()
+	cfg.TopicRegex = regexp.MustCompile("^" + regexp.QuoteMeta(prefix) + "-r[0-9]$")
+	cfg.Progress, cfg.GroupInterval = progress, 300*time.Millisecond
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	type result struct {
+		sum mirror.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := mirror.Follow(fctx, cfg)
+		done <- result{sum, err}
+	}()
+	waitUntil(t, time.Minute, func() bool { return count(ctx, t, e.pair.Dest, first)[0][1] == 20 })
+
+	if err := s.CreateTopic(ctx, later, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, later, 60)
+	compact := "compact"
+	if err := s.CreateTopic(ctx, compacted, 1, 2, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, time.Minute, func() bool {
+		c := count(ctx, t, e.pair.Dest, later)
+		return len(c) == 2 && c[0][1]+c[1][1] == 60
+	})
+	produceSource(ctx, t, s, first, 5) // the first topic is still followed
+	waitUntil(t, time.Minute, func() bool { return count(ctx, t, e.pair.Dest, first)[0][1] == 25 })
+	waitUntil(t, 30*time.Second, func() bool {
+		return strings.Contains(progress.String(), compacted+": new source topic not mirrored")
+	})
+	fcancel()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		t.Fatal("the following run did not end")
+	}
+	if res.err != nil {
+		t.Fatalf("following run: %v", res.err)
+	}
+	parts := map[string]int{}
+	for _, p := range res.sum.Partitions {
+		parts[p.Topic]++
+	}
+	if parts[first] != 1 || parts[later] != 2 || parts[compacted] != 0 {
+		t.Fatalf("partitions in the summary: %v", parts)
+	}
+	out := progress.String()
+	if !strings.Contains(out, later+": new source topic, 2 partitions: mirroring") {
+		t.Fatalf("no line for the new topic:\n%s", out)
+	}
+	if n := strings.Count(out, compacted+": new source topic not mirrored"); n != 1 {
+		t.Fatalf("the compacted topic was reported %d times:\n%s", n, out)
+	}
+	dadm, err := e.pair.Dest.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dadm.Close()
+	if tds, err := dadm.ListTopics(ctx, compacted); err != nil || tds.Has(compacted) {
+		t.Fatalf("the compacted topic was created on the destination (%v)", err)
+	}
+}
+
+// syncBuf is a bytes.Buffer for progress lines written from several goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
