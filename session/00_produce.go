@@ -242,22 +242,18 @@ func finishRefused(s *Session, r *request, req kmsg.ProduceRequest, refused []re
 	req.Topics = keep
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), policy.Native())
 	r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
-		resp := kmsg.ProduceResponse{Version: version}
-		if err := resp.ReadFrom(body); err != nil {
-			return nil, false, err
-		}
-		for i := range resp.Brokers {
-			e := &resp.Brokers[i]
-			s.endpoint(e.NodeID, &e.Host, &e.Port)
-		}
-		spliceProduce(&resp, refused, version)
-		promotedOffsets(s, &resp)
-		return resp.AppendTo(nil), true, nil
+		return rewriteProduceWith(s, version, body, func(resp *kmsg.ProduceResponse) { spliceProduce(resp, refused, version) })
 	}
 }
 
 // rewritePromotedProduce is rewriteProduce for a request that wrote to a promoted topic.
 func rewritePromotedProduce(s *Session, version int16, body []byte) ([]byte, bool, error) {
+	return rewriteProduceWith(s, version, body, nil)
+}
+
+// rewriteProduceWith decodes a Produce answer, rewrites its endpoints, applies more (when
+// set), gives promoted topics' offsets in source terms, and encodes the answer again.
+func rewriteProduceWith(s *Session, version int16, body []byte, more func(*kmsg.ProduceResponse)) ([]byte, bool, error) {
 	resp := kmsg.ProduceResponse{Version: version}
 	if err := resp.ReadFrom(body); err != nil {
 		return nil, false, err
@@ -265,6 +261,9 @@ func rewritePromotedProduce(s *Session, version int16, body []byte) ([]byte, boo
 	for i := range resp.Brokers {
 		e := &resp.Brokers[i]
 		s.endpoint(e.NodeID, &e.Host, &e.Port)
+	}
+	if more != nil {
+		more(&resp)
 	}
 	promotedOffsets(s, &resp)
 	return resp.AppendTo(nil), true, nil
