@@ -20,31 +20,36 @@ const largeFrame = 128 << 10
 
 // firstChunk is the most an assembly of a client's frame holds before the bytes arrive: a
 // frame's size prefix is the client's claim, and a client that claims 100 MiB and sends nothing
-// must not cost 100 MiB. Once it has sent that much, the buffer takes the whole frame at once
-// (growing step by step would copy the frame again at every step).
+// must not cost 100 MiB. From there the buffer grows to eight times what arrived: a client's
+// frame costs at most 1 MiB or eight times the bytes it sent, and a Produce request of up to
+// 8 MiB is copied once, 1 MiB of it (growing by doubling copied a 16 MiB frame four more times).
 const firstChunk = 1 << 20
 
 // assembly is one large frame being read from a gnet connection. Only the connection's event
 // loop touches it.
 type assembly struct {
-	buf  []byte // the frame so far, its 4-byte size included
-	want int    // the whole frame's length; 0: no frame in progress
+	buf     []byte // the frame so far, its 4-byte size included
+	want    int    // the whole frame's length; 0: no frame in progress
+	trusted bool   // the peer is the destination broker: its frame gets its full size at once
 }
 
-// start takes a frame of want bytes whose first bytes sit in c's inbound buffer. A trusted
-// peer (the destination broker) gets a buffer of the frame's size at once.
+// start takes a frame of want bytes whose first bytes sit in c's inbound buffer.
 func (a *assembly) start(c gnet.Conn, want int, trusted bool) {
 	size := want
 	if !trusted {
 		size = min(want, firstChunk)
 	}
-	a.buf, a.want = byteslice.Get(size)[:0], want
+	a.buf, a.want, a.trusted = byteslice.Get(size)[:0], want, trusted
 	a.take(c)
 }
 
-// grow makes room for the whole frame.
-func (a *assembly) grow() {
-	nb := byteslice.Get(a.want)[:len(a.buf)]
+// grow makes room for need more bytes of the frame, and more (see firstChunk).
+func (a *assembly) grow(need int) {
+	size := a.want
+	if !a.trusted {
+		size = min(a.want, max(len(a.buf)+need, 8*len(a.buf), firstChunk))
+	}
+	nb := byteslice.Get(size)[:len(a.buf)]
 	copy(nb, a.buf)
 	byteslice.Put(a.buf)
 	a.buf = nb
@@ -56,8 +61,8 @@ func (a *assembly) take(c gnet.Conn) {
 	if k <= 0 {
 		return
 	}
-	for cap(a.buf)-len(a.buf) < k {
-		a.grow()
+	if cap(a.buf)-len(a.buf) < k {
+		a.grow(k)
 	}
 	p, _ := c.Peek(k)
 	a.buf = append(a.buf, p...)
@@ -71,7 +76,7 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 	a.take(c)
 	for len(a.buf) < a.want {
 		if len(a.buf) == cap(a.buf) {
-			a.grow()
+			a.grow(1)
 		}
 		n, err := unix.Read(c.Fd(), a.buf[len(a.buf):min(a.want, cap(a.buf))])
 		switch {
@@ -94,5 +99,5 @@ func (a *assembly) release() {
 	if a.buf != nil {
 		byteslice.Put(a.buf)
 	}
-	a.buf, a.want = nil, 0
+	a.buf, a.want, a.trusted = nil, 0, false
 }
