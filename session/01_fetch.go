@@ -69,6 +69,9 @@ func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) 
 					p.ErrorCode = 6 // NOT_LEADER_OR_FOLLOWER: the client refreshes and retries
 					continue
 				}
+				if p.ErrorCode == 0 {
+					pv.TrimBelow(p.LogStartOffset) // D's retention removed what lies below
+				}
 				if !restorePartition(pv, p, info.Mark == nil) {
 					s.noteStale(mirrorPart{*info, p.Partition})
 				}

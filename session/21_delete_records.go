@@ -108,6 +108,7 @@ func deleteRecordsRequest(s *Session, r *request) error {
 			for j := range t.Partitions {
 				p := &t.Partitions[j]
 				if pv, ok := views[partKey{t.Topic, p.Partition}]; ok && p.ErrorCode == 0 {
+					pv.TrimBelow(p.LowWatermark) // what lies below is gone for every reader
 					p.LowWatermark = pv.ToSource(p.LowWatermark)
 				}
 			}

@@ -101,6 +101,37 @@ func (p *Partition) add(es []ledger.Entry) {
 	}
 }
 
+// trimMin is the fewest entries a trim drops: trimming copies the entries kept, so it waits
+// until it frees enough to be worth the copy.
+const trimMin = 1024
+
+// TrimBelow drops the entries that end at or below the destination offset logStart (D's log
+// start: retention or DeleteRecords removed their records, so no client can read them), once
+// there are at least trimMin of them, and reports how many it dropped. The last entry always
+// stays (offsets past the mirrored end are mapped through it), and so do the epochs (a client
+// may ask OffsetForLeaderEpoch for an old epoch). Without it a long-running mirror's index
+// would grow with every batch ever mirrored.
+func (p *Partition) TrimBelow(logStart int64) int {
+	count := func() int {
+		k := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].end() > logStart })
+		return min(k, len(p.entries)-1)
+	}
+	p.mu.RLock()
+	k := count()
+	p.mu.RUnlock()
+	if k < trimMin {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k = count()
+	if k < trimMin {
+		return 0
+	}
+	p.entries = append(make([]Entry, 0, len(p.entries)-k+trimMin), p.entries[k:]...)
+	return k
+}
+
 // Len is the number of entries indexed.
 func (p *Partition) Len() int {
 	p.mu.RLock()

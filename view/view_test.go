@@ -111,3 +111,58 @@ func TestAtAndDedup(t *testing.T) {
 		t.Fatalf("Len = %d after an overlapping add, want %d", p.Len(), n+1)
 	}
 }
+
+// Entries below D's log start are dropped in bulk; what a client can still read maps as
+// before, epochs are kept, and the last entry always stays.
+func TestTrimBelow(t *testing.T) {
+	const n = 3 * trimMin
+	es := []ledger.Entry{{Kind: ledger.KindSegment, Src: 1000, Delta: 1000}}
+	for i := int64(0); i < n; i++ {
+		epoch := int32(1)
+		if i >= n/2 {
+			epoch = 2
+		}
+		// Batches of 10 records; every 7th is a filled hole.
+		kind := ledger.KindBatch
+		if i%7 == 3 {
+			kind = ledger.KindFiller
+		}
+		es = append(es, ledger.Entry{Kind: kind, Src: 1000 + 10*i, Last: 1009 + 10*i, D: 10 * i, Count: 10, Epoch: epoch})
+	}
+	full, p := NewPartition(es), NewPartition(es)
+
+	if got := p.TrimBelow(10 * (trimMin - 1)); got != 0 {
+		t.Fatalf("dropped %d entries below %d: fewer than trimMin should wait", got, 10*(trimMin-1))
+	}
+	logStart := int64(10*trimMin + 5) // inside entry trimMin
+	if got := p.TrimBelow(logStart); got != trimMin {
+		t.Fatalf("dropped %d entries, want %d", got, trimMin)
+	}
+	if p.Len() != n-trimMin {
+		t.Fatalf("%d entries left, want %d", p.Len(), n-trimMin)
+	}
+	for d := logStart; d < 10*n+20; d += 3 {
+		if a, b := p.ToSource(d), full.ToSource(d); a != b {
+			t.Fatalf("ToSource(%d) = %d after the trim, %d before", d, a, b)
+		}
+		src := full.ToSource(d)
+		if a, b := p.ToDest(src), full.ToDest(src); a != b {
+			t.Fatalf("ToDest(%d) = %d after the trim, %d before", src, a, b)
+		}
+		if a, b := p.CommitToDest(src), full.CommitToDest(src); a != b {
+			t.Fatalf("CommitToDest(%d) = %d after the trim, %d before", src, a, b)
+		}
+	}
+	for _, epoch := range []int32{0, 1, 2, 3} {
+		e1, o1 := p.EpochEnd(epoch)
+		e2, o2 := full.EpochEnd(epoch)
+		if e1 != e2 || o1 != o2 {
+			t.Fatalf("EpochEnd(%d) = %d,%d after the trim, %d,%d before", epoch, e1, o1, e2, o2)
+		}
+	}
+	// Everything below: the last entry stays.
+	p.TrimBelow(10*n + 100)
+	if p.Len() != 1 || p.DestEnd() != full.DestEnd() || p.End() != full.End() {
+		t.Fatalf("after trimming past the end: %d entries, ends %d/%d (want 1, %d/%d)", p.Len(), p.DestEnd(), p.End(), full.DestEnd(), full.End())
+	}
+}
