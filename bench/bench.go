@@ -278,14 +278,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.LoadFraction <= 0 {
 		cfg.LoadFraction = 0.5
 	}
-	if cfg.LogDir == "" {
-		d, err := os.MkdirTemp("", "ogbench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		cfg.LogDir = d
+	cleanup, err := tempLogDir(&cfg.LogDir, "ogbench-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	rep := &Report{
 		Tool: "ogbench", Mode: cfg.Mode, Started: time.Now().UTC(),
 		Machine:  machineInfo(),
@@ -309,7 +306,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, n := range cfg.Dest.Nodes {
 		r.brokers = append(r.brokers, n.Pid())
 	}
-	err := r.run(ctx)
+	err = r.run(ctx)
 	rep.Machine.LoadAvgEnd = loadAvg()
 	rep.Finished = time.Now().UTC()
 	rep.Targets = Evaluate(rep)

@@ -82,14 +82,11 @@ func RunFetch(ctx context.Context, cfg FetchConfig) (*FetchReport, error) {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 4
 	}
-	if cfg.LogDir == "" {
-		d, err := os.MkdirTemp("", "ogbench-fetch-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		cfg.LogDir = d
+	cleanup, err := tempLogDir(&cfg.LogDir, "ogbench-fetch-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	logf := func(format string, a ...any) {
 		if cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, format+"\n", a...)
@@ -100,7 +97,7 @@ func RunFetch(ctx context.Context, cfg FetchConfig) (*FetchReport, error) {
 	rep.Settings.Bytes, rep.Settings.RecordBytes, rep.Settings.Partitions, rep.Settings.Rounds = cfg.Bytes, cfg.RecordBytes, cfg.Partitions, cfg.Rounds
 	rep.Settings.Consumer = consumerSettings
 	rep.Settings.Units = "MB = 1e6 bytes of record payload, GB = 1e9; CPU in seconds (utime+stime from /proc)"
-	err := runFetch(ctx, cfg, rep, logf)
+	err = runFetch(ctx, cfg, rep, logf)
 	rep.Finished = time.Now().UTC()
 	if err != nil {
 		rep.Error = err.Error()

@@ -103,18 +103,15 @@ func RunMM2(ctx context.Context, cfg MM2Config) (*MM2Report, error) {
 	if cfg.LagSeconds <= 0 {
 		cfg.LagSeconds = 10
 	}
-	if cfg.LogDir == "" {
-		d, err := os.MkdirTemp("", "ogbench-mm2-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		cfg.LogDir = d
+	cleanup, err := tempLogDir(&cfg.LogDir, "ogbench-mm2-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	rep := &MM2Report{Tool: "ogbench mm2", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
 		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin), RecordBytes: cfg.RecordBytes, Partitions: cfg.Partitions,
 		LagRateMBps: cfg.LagRate / 1e6}
-	err := runMM2(ctx, cfg, rep)
+	err = runMM2(ctx, cfg, rep)
 	rep.Finished = time.Now().UTC()
 	if err != nil {
 		rep.Error = err.Error()

@@ -246,3 +246,17 @@ func binaryCommit(bin string) string {
 	}
 	return rev
 }
+
+// tempLogDir makes a temporary folder for a run's logs when dir is empty; cleanup removes it
+// (and leaves a folder the caller named alone).
+func tempLogDir(dir *string, prefix string) (cleanup func(), err error) {
+	if *dir != "" {
+		return func() {}, nil
+	}
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	*dir = d
+	return func() { os.RemoveAll(d) }, nil
+}

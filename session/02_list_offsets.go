@@ -27,21 +27,14 @@ func listOffsetsRequest(s *Session, r *request) error {
 	if err := req.ReadFrom(r.body); err != nil {
 		return nil
 	}
-	var names []string
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	collect := func() (parts []mirrorPart) {
-		for _, t := range req.Topics {
-			if info := s.sourceTopic(t.Topic); info != nil {
-				for _, p := range t.Partitions {
-					parts = append(parts, mirrorPart{*info, p.Partition})
-				}
-			}
+	topics := make([]namedTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		topics[i].name = t.Topic
+		for _, p := range t.Partitions {
+			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
-		return parts
 	}
-	if !s.viewsReady(r, listOffsetsRequest, names, collect) {
+	if !s.viewsReady(r, listOffsetsRequest, topics, nil) {
 		return nil
 	}
 	type asked struct {

@@ -14,28 +14,19 @@ func offsetCommitRequest(s *Session, r *request) error {
 	if err := req.ReadFrom(r.body); err != nil {
 		return nil
 	}
-	var names []string
-	for _, t := range req.Topics {
-		if t.Topic != "" {
-			names = append(names, t.Topic)
+	topics := make([]namedTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		topics[i].name, topics[i].id = t.Topic, t.TopicID
+		for _, p := range t.Partitions {
+			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	collect := func() (parts []mirrorPart) {
-		for _, t := range req.Topics {
-			if info := s.commitTopic(t.Topic, t.TopicID); info != nil {
-				for _, p := range t.Partitions {
-					parts = append(parts, mirrorPart{*info, p.Partition})
-				}
-			}
-		}
-		return parts
-	}
-	if !s.viewsReady(r, offsetCommitRequest, names, collect) {
+	if !s.viewsReady(r, offsetCommitRequest, topics, nil) {
 		return nil
 	}
 	for i := range req.Topics {
 		t := &req.Topics[i]
-		info := s.commitTopic(t.Topic, t.TopicID)
+		info := s.topicOf(t.Topic, t.TopicID)
 		if info == nil {
 			continue
 		}

@@ -86,7 +86,7 @@ func offsetFetchRequest(s *Session, r *request) error {
 		for g := range resp.Groups {
 			for i := range resp.Groups[g].Topics {
 				t := &resp.Groups[g].Topics[i]
-				info := s.commitTopic(t.Topic, t.TopicID)
+				info := s.topicOf(t.Topic, t.TopicID)
 				if info == nil {
 					continue
 				}

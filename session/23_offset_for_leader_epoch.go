@@ -25,28 +25,23 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 	if err := req.ReadFrom(r.body); err != nil {
 		return nil
 	}
-	var names []string
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	collect := func() (parts []mirrorPart) {
-		for _, t := range req.Topics {
-			if info := s.sourceTopic(t.Topic); info != nil {
-				for _, p := range t.Partitions {
-					parts = append(parts, mirrorPart{*info, p.Partition})
-					if pv := s.partView(*info, p.Partition); pv != nil && !r.viewed {
-						// The answer for the latest epoch is the mirrored end: an index behind D
-						// would make a consumer at the true end think the log was truncated
-						// (KIP-320) and rewind. These requests are rare (a consumer validating
-						// after a leader change), so the index is read to the ledger's end first.
-						pv.Stale()
-					}
-				}
-			}
+	topics := make([]namedTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		topics[i].name = t.Topic
+		for _, p := range t.Partitions {
+			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
-		return parts
 	}
-	if !s.viewsReady(r, offsetForLeaderEpochRequest, names, collect) {
+	markStale := func(mp mirrorPart) {
+		if pv := s.partView(mp.t, mp.partition); pv != nil && !r.viewed {
+			// The answer for the latest epoch is the mirrored end: an index behind D would make
+			// a consumer at the true end think the log was truncated (KIP-320) and rewind. These
+			// requests are rare (a consumer validating after a leader change), so the index is
+			// read to the ledger's end first.
+			pv.Stale()
+		}
+	}
+	if !s.viewsReady(r, offsetForLeaderEpochRequest, topics, markStale) {
 		return nil
 	}
 	type asked struct {

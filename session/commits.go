@@ -10,20 +10,8 @@ package session
 // whole topics', since it may name no topic at all.
 
 import (
-	"offsetgate/catalog"
 	"offsetgate/view"
 )
-
-// commitTopic finds a mirror topic named by name (old versions) or id (newer ones).
-func (s *Session) commitTopic(name string, id catalog.TopicID) *catalog.Topic {
-	if name != "" {
-		return s.sourceTopic(name)
-	}
-	if id != (catalog.TopicID{}) {
-		return s.sourceTopicByID(id)
-	}
-	return nil
-}
 
 // committedToDest translates one committed offset and epoch for D.
 func committedToDest(pv *view.Partition, offset int64) (int64, int32) {

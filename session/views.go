@@ -75,16 +75,54 @@ func (s *Session) viewed(r *request, parts []mirrorPart, topics []catalog.Topic,
 	return false
 }
 
+// namedTopic is a topic a request names (by name, or by id where newer versions leave the
+// name empty) and the partitions it names.
+type namedTopic struct {
+	name  string
+	id    catalog.TopicID
+	parts []int32
+}
+
+// topicOf finds a topic with a source view named by name or, when name is empty, by id.
+func (s *Session) topicOf(name string, id catalog.TopicID) *catalog.Topic {
+	if name != "" {
+		return s.sourceTopic(name)
+	}
+	if id != (catalog.TopicID{}) {
+		return s.sourceTopicByID(id)
+	}
+	return nil
+}
+
 // viewsReady is the common start of handlers that translate named partitions: it makes sure
-// the names' topic ids are known, lists the partitions with a source view (collect), and makes
-// sure their views are loaded. When it reports false the handler returns at once: either no
-// partition has a view (the request passes unchanged) or a lookup or load was arranged, after
-// which handler runs again.
-func (s *Session) viewsReady(r *request, handler func(*Session, *request) error, names []string, collect func() []mirrorPart) bool {
+// the names' topic ids are known, finds the partitions with a source view (each, when set, sees
+// every one), and makes sure their views are loaded. When it reports false the handler returns
+// at once: either no partition has a view (the request passes unchanged) or a lookup or load
+// was arranged, after which handler runs again.
+func (s *Session) viewsReady(r *request, handler func(*Session, *request) error, topics []namedTopic, each func(mirrorPart)) bool {
+	var names []string
+	for _, t := range topics {
+		if t.name != "" {
+			names = append(names, t.name)
+		}
+	}
 	if !s.known(r, names, handler) {
 		return false
 	}
-	parts := collect()
+	var parts []mirrorPart
+	for _, t := range topics {
+		info := s.topicOf(t.name, t.id)
+		if info == nil {
+			continue
+		}
+		for _, p := range t.parts {
+			mp := mirrorPart{*info, p}
+			if each != nil {
+				each(mp)
+			}
+			parts = append(parts, mp)
+		}
+	}
 	return len(parts) > 0 && s.viewed(r, parts, nil, handler)
 }
 

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
-	"time"
 
 	"offsetgate/bench"
 )
@@ -28,30 +26,10 @@ func fetch(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	mode := "full"
-	if *quick {
-		mode = "quick"
-	}
-	if *mib == 0 {
-		*mib = 512
-		if *quick {
-			*mib = 32
-		}
-	}
-	if *rounds == 0 {
-		*rounds = 5
-		if *quick {
-			*rounds = 1
-		}
-	}
-	date := time.Now().Format("2006-01-02")
-	docs := docsBench()
-	if *out == "" {
-		*out = filepath.Join(docs, "fetch-"+date+".json")
-		if *quick {
-			*out = filepath.Join(docs, "tmp", "fetch-quick-"+date+".json")
-		}
-	}
+	mode := modeName(*quick)
+	quickDefault(mib, 0, *quick, 512, 32)
+	quickDefault(rounds, 0, *quick, 5, 1)
+	quickDefault(out, "", *quick, reportPath("fetch", false), reportPath("fetch", true))
 	if _, err := os.Stat(*ogBin); err != nil {
 		return fmt.Errorf("offsetgate binary: %w", err)
 	}

@@ -92,28 +92,13 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	mode := "full"
-	if *quick {
-		mode = "quick"
-	}
-	// def fills a flag left at its unset value with the full or the quick default.
-	def := func(v *int, unset, full, q int) {
-		if *v == unset {
-			*v = full
-			if *quick {
-				*v = q
-			}
-		}
-	}
-	def(mib, 0, 512, 32)
-	def(rounds, 0, 5, 1)
-	def(idle, -1, 10000, 1000)
+	mode := modeName(*quick)
+	quickDefault(mib, 0, *quick, 512, 32)
+	quickDefault(rounds, 0, *quick, 5, 1)
+	quickDefault(idle, -1, *quick, 10000, 1000)
 	// Default outputs go under the repository's docs/bench (docs/bench/tmp for quick runs).
 	date := time.Now().Format("2006-01-02")
-	docs := "docs/bench"
-	if root, err := testkafka.RepoRoot(); err == nil {
-		docs = filepath.Join(root, "docs", "bench")
-	}
+	docs := docsBench()
 	if *out == "" {
 		switch {
 		case *quick:

@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"offsetgate/bench"
 )
@@ -31,32 +30,12 @@ func mm2(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	mode := "full"
-	if *quick {
-		mode = "quick"
-	}
-	if *mib == 0 {
-		*mib = 256
-		if *quick {
-			*mib = 16
-		}
-	}
-	if *lagSecs == 0 {
-		*lagSecs = 15
-		if *quick {
-			*lagSecs = 3
-		}
-	}
-	date := time.Now().Format("2006-01-02")
-	docs := docsBench()
-	if *out == "" {
-		*out = filepath.Join(docs, "mm2-"+date+".json")
-		if *quick {
-			*out = filepath.Join(docs, "tmp", "mm2-quick-"+date+".json")
-		}
-	}
+	mode := modeName(*quick)
+	quickDefault(mib, 0, *quick, 256, 16)
+	quickDefault(lagSecs, 0, *quick, 15, 3)
+	quickDefault(out, "", *quick, reportPath("mm2", false), reportPath("mm2", true))
 	if *svg == "" && !*quick {
-		*svg = filepath.Join(docs, "mm2.svg")
+		*svg = filepath.Join(docsBench(), "mm2.svg")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -87,7 +66,7 @@ func mm2(args []string) error {
 		return errors.Join(runErr, err)
 	}
 	if props, err := os.ReadFile(filepath.Join(logDir, "mm2.properties")); err == nil && !*quick {
-		_ = os.WriteFile(filepath.Join(docs, "mm2.properties"), props, 0o644)
+		_ = os.WriteFile(filepath.Join(docsBench(), "mm2.properties"), props, 0o644)
 	}
 	if *svg != "" {
 		if err := bench.WriteMM2SVG(*svg, rep); err != nil {

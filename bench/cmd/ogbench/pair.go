@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"offsetgate/internal/testkafka"
 )
@@ -46,6 +47,34 @@ func sourceAndDest(ctx context.Context, clustersFile string) (src, dst *testkafk
 		}
 	}
 	return src, dst, stop, nil
+}
+
+// quickDefault fills a flag left at unset with its full-run or its quick-run default.
+func quickDefault[T comparable](v *T, unset T, quick bool, full, q T) {
+	if *v == unset {
+		*v = full
+		if quick {
+			*v = q
+		}
+	}
+}
+
+// modeName labels a run in its report.
+func modeName(quick bool) string {
+	if quick {
+		return "quick"
+	}
+	return "full"
+}
+
+// reportPath is where a two-cluster benchmark's JSON goes by default: docs/bench/NAME-DATE.json,
+// or docs/bench/tmp/NAME-quick-DATE.json for a quick run.
+func reportPath(name string, quick bool) string {
+	date := time.Now().Format("2006-01-02")
+	if quick {
+		return filepath.Join(docsBench(), "tmp", name+"-quick-"+date+".json")
+	}
+	return filepath.Join(docsBench(), name+"-"+date+".json")
 }
 
 // writeReport writes a run's JSON report; a failed run's goes beside, marked, so that it never
