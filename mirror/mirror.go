@@ -14,7 +14,6 @@ import (
 	"net"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +25,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 
-	"offsetgate/batch"
 	"offsetgate/rules"
 	"offsetgate/wire"
 )
@@ -43,7 +41,10 @@ type Config struct {
 	MaxBytes int32
 	// ReplicationFactor of mirror topics this run creates; -1: the destination's default.
 	ReplicationFactor int16
-	// Parallel is how many partitions are mirrored at once.
+	// Parallel is how many produce-at-offset requests are in flight at once (and so how many
+	// connections to each of offsetgate's brokers the run holds). Every partition is mirrored
+	// whatever its value: a partition waits for a free writer only while it has records to
+	// write.
 	Parallel int
 	// Progress, when set, gets one line per partition as it finishes.
 	Progress io.Writer
@@ -101,9 +102,6 @@ func (s Summary) Err() error {
 // the run (it can be started again: it resumes from the mirrored end).
 func Follow(ctx context.Context, cfg Config) (Summary, error) {
 	cfg.follow = true
-	if cfg.Parallel <= 0 {
-		cfg.Parallel = 1 << 20 // every partition at once: each waits on the source most of the time
-	}
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 10 * time.Second
 	}
@@ -152,7 +150,8 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 
 	type job struct {
 		topic string
-		part  int32
+		id    [16]byte
+		parts int32
 	}
 	topics, err := resolveTopics(ctx, sadm, cfg.Topics, cfg.TopicRegex)
 	if err != nil {
@@ -161,21 +160,47 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	cfg.Topics = topics
 	var jobs []job
 	for _, topic := range cfg.Topics {
-		var n int32
+		var j job
 		err := retry(ctx, func() error {
 			var err error
-			n, err = prepareTopic(ctx, sadm, padm, topic, cfg.ReplicationFactor)
+			j.parts, j.id, err = prepareTopic(ctx, sadm, padm, topic, cfg.ReplicationFactor)
 			return err
 		})
 		if err != nil {
 			return Summary{}, &InputError{err}
 		}
-		for p := int32(0); p < n; p++ {
-			jobs = append(jobs, job{topic, p})
-		}
+		j.topic = topic
+		jobs = append(jobs, j)
 	}
 	conns := newConnPool(cfg)
 	defer conns.close()
+	tr := newTracker(cfg.Metrics)
+	stopReport := make(chan struct{})
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		var w io.Writer
+		if cfg.Live || cfg.follow {
+			w = cfg.Progress
+		}
+		tr.run(w, cfg.Live, cfg.ProgressEvery, stopReport)
+	}()
+	defer func() { close(stopReport); <-reportDone }()
+
+	// The engine owns every partition from the start; it ends with ectx.
+	ectx, ecancel := context.WithCancel(ctx)
+	eng := newEngine(cfg, src, px, conns, tr)
+	eng.start(ectx)
+	defer func() { ecancel(); eng.wg.Wait() }()
+	for _, j := range jobs {
+		if err := eng.addTopic(ectx, j.topic, j.id, j.parts); err != nil {
+			return Summary{Partitions: eng.summary(), Elapsed: time.Since(start)}, err
+		}
+	}
+	if !cfg.follow || cfg.TopicRegex == nil {
+		eng.added() // otherwise the run stays ready for new topics until ctx ends
+	}
+
 	// mirrored is the topics being mirrored; with --topic-regex a following run adds to it
 	// (on its group loop, which alone reads it while partitions run).
 	mirrored := cfg.Topics
@@ -200,55 +225,6 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		return err
 	}
-	tr := newTracker(cfg.Metrics)
-	stopReport := make(chan struct{})
-	reportDone := make(chan struct{})
-	go func() {
-		defer close(reportDone)
-		var w io.Writer
-		if cfg.Live || cfg.follow {
-			w = cfg.Progress
-		}
-		tr.run(w, cfg.Live, cfg.ProgressEvery, stopReport)
-	}()
-	defer func() { close(stopReport); <-reportDone }()
-
-	// Partitions run on goroutines of their own; out is written as they finish (under outMu,
-	// since a following run with --topic-regex adds partitions while others run).
-	var outMu sync.Mutex
-	var out []PartitionSummary
-	sem := make(chan struct{}, cfg.Parallel)
-	var wg sync.WaitGroup
-	startJob := func(j job) {
-		st := tr.add(j.topic, j.part)
-		outMu.Lock()
-		i := len(out)
-		out = append(out, PartitionSummary{Topic: j.topic, Partition: j.part})
-		outMu.Unlock()
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			s := mirrorPartition(ctx, src, px, padm, conns, cfg, j.topic, j.part, st)
-			outMu.Lock()
-			out[i] = s
-			outMu.Unlock()
-			if s.Err != nil {
-				st.state.Store("stopped: " + s.Err.Error())
-			} else {
-				st.state.Store("done")
-			}
-			if cfg.Progress != nil && !cfg.Live {
-				status := "ok"
-				if s.Err != nil {
-					status = "error: " + s.Err.Error()
-				}
-				fmt.Fprintf(cfg.Progress, "%s[%d]: offsets %d..%d, %d batches, %d records, %d bytes: %s\n",
-					s.Topic, s.Partition, s.From, s.To, s.Batches, s.Records, s.Bytes, status)
-			}
-		}()
-	}
 
 	// discover starts the source topics that match --topic-regex and are not mirrored yet
 	// (a following run picks up topics created after it started). A topic that cannot be
@@ -267,7 +243,10 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			if known[topic] {
 				continue
 			}
-			n, err := prepareTopic(dctx, sadm, padm, topic, cfg.ReplicationFactor)
+			n, id, err := prepareTopic(dctx, sadm, padm, topic, cfg.ReplicationFactor)
+			if err == nil {
+				err = eng.addTopic(dctx, topic, id, n)
+			}
 			if err != nil {
 				if dctx.Err() == nil && cfg.Progress != nil && refusedNew[topic] != err.Error() {
 					fmt.Fprintf(cfg.Progress, "%s: new source topic not mirrored: %v\n", topic, err)
@@ -280,38 +259,22 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "%s: new source topic, %d partitions: mirroring\n", topic, n)
 			}
-			for p := int32(0); p < n; p++ {
-				startJob(job{topic, p})
-			}
 		}
 	}
 
-	for _, j := range jobs {
-		startJob(j)
-	}
-	stopGroups := func() {}
 	if cfg.follow {
 		interval := cfg.GroupInterval
 		if interval <= 0 {
 			interval = 5 * time.Second
 		}
-		// The group, log-start and discovery loop ends with the run, or when every partition
-		// stopped. With --topic-regex it
-		// counts as a partition of its own: the run then lasts until ctx ends, ready for new
-		// topics, and the loop may start partitions while the run waits for them.
-		gctx, gcancel := context.WithCancel(ctx)
-		stopGroups = gcancel
+		// The group, log-start and discovery loop ends with the run (which, with
+		// --topic-regex, lasts until ctx ends, ready for new topics; otherwise until every
+		// partition stopped).
+		gctx, gcancel := context.WithCancel(ectx)
 		gdone := make(chan struct{})
 		defer func() { gcancel(); <-gdone }()
-		discovering := cfg.TopicRegex != nil
-		if discovering {
-			wg.Add(1)
-		}
 		go func() {
 			defer close(gdone)
-			if discovering {
-				defer wg.Done()
-			}
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for {
@@ -319,7 +282,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 				case <-gctx.Done():
 					return
 				case <-t.C:
-					if discovering {
+					if cfg.TopicRegex != nil {
 						discover(gctx)
 					}
 					if err := copyGroups(gctx); err != nil && gctx.Err() == nil && cfg.Progress != nil {
@@ -341,11 +304,11 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			}
 		}()
 	}
-	wg.Wait()
-	stopGroups()
-	outMu.Lock()
-	sum := Summary{Partitions: out, Elapsed: time.Since(start)}
-	outMu.Unlock()
+	eng.wait(ctx)
+	ecancel()
+	eng.wg.Wait()
+	eng.report()
+	sum := Summary{Partitions: eng.summary(), Elapsed: time.Since(start)}
 	if err := sum.Err(); err != nil {
 		return sum, err
 	}
@@ -415,20 +378,21 @@ func tlsDialer(dial func(ctx context.Context, network, addr string) (net.Conn, e
 }
 
 // prepareTopic checks the source topic and creates the mirror topic through offsetgate (with
-// the mark and the source's settings) when it does not exist; it returns the partition count.
-func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf int16) (int32, error) {
+// the mark and the source's settings) when it does not exist; it returns the partition count
+// and the source topic's id.
+func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf int16) (int32, [16]byte, error) {
 	md, err := sadm.Metadata(ctx, topic)
 	if err != nil {
-		return 0, fmt.Errorf("source metadata: %w", err)
+		return 0, [16]byte{}, fmt.Errorf("source metadata: %w", err)
 	}
 	st, ok := md.Topics[topic]
 	if !ok || st.Err != nil {
-		return 0, fmt.Errorf("source topic %s: %v", topic, st.Err)
+		return 0, [16]byte{}, fmt.Errorf("source topic %s: %v", topic, st.Err)
 	}
 	n := int32(len(st.Partitions))
 	rc, err := sadm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
-		return 0, fmt.Errorf("source configs of %s: %w", topic, err)
+		return 0, [16]byte{}, fmt.Errorf("source configs of %s: %w", topic, err)
 	}
 	source := map[string]string{}
 	for _, c := range rc[0].Configs {
@@ -441,17 +405,17 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		}
 	}
 	if strings.Contains(source["cleanup.policy"], "compact") {
-		return 0, fmt.Errorf("source topic %s is compacted: this version mirrors dense topics only", topic)
+		return 0, [16]byte{}, fmt.Errorf("source topic %s is compacted: this version mirrors dense topics only", topic)
 	}
 	pmd, err := padm.Metadata(ctx, topic)
 	if err != nil {
-		return 0, fmt.Errorf("offsetgate metadata: %w", err)
+		return 0, [16]byte{}, fmt.Errorf("offsetgate metadata: %w", err)
 	}
 	if dt, ok := pmd.Topics[topic]; ok && dt.Err == nil {
 		if int32(len(dt.Partitions)) != n {
-			return 0, fmt.Errorf("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
+			return 0, [16]byte{}, fmt.Errorf("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
 		}
-		return n, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
+		return n, st.ID, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
 	}
 	cfg := map[string]*string{rules.MarkKey: kmsg.StringPtr("true"), rules.SourcePrefix + "topic.id": kmsg.StringPtr(hex.EncodeToString(st.ID[:]))}
 	for k, v := range source {
@@ -459,12 +423,12 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 	}
 	resps, err := padm.CreateTopics(ctx, n, rf, cfg, topic)
 	if err != nil {
-		return 0, fmt.Errorf("creating mirror topic %s: %w", topic, err)
+		return 0, [16]byte{}, fmt.Errorf("creating mirror topic %s: %w", topic, err)
 	}
 	if r := resps[topic]; r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-		return 0, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
+		return 0, [16]byte{}, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
 	}
-	return n, nil
+	return n, st.ID, nil
 }
 
 func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) error {
@@ -488,108 +452,6 @@ func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) e
 		return fmt.Errorf("%w: source topic %s has id %s, the mirror was made from %s (deleted and recreated); nothing was written", ErrSourceBackwards, topic, sourceID, mirroredID)
 	}
 	return nil
-}
-
-func mirrorPartition(ctx context.Context, src, px *kgo.Client, padm *kadm.Client, conns *connPool, cfg Config, topic string, part int32, st *partStats) PartitionSummary {
-	s := PartitionSummary{Topic: topic, Partition: part}
-	fail := func(err error) PartitionSummary { s.Err = err; return s }
-	sadm := kadm.NewClient(src)
-	ends, err := sadm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fail(fmt.Errorf("source end offset: %w", err))
-	}
-	end, _ := ends.Lookup(topic, part)
-	starts, err := sadm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return fail(fmt.Errorf("source start offset: %w", err))
-	}
-	logStart, _ := starts.Lookup(topic, part)
-	var me kadm.ListedOffset
-	err = retry(ctx, func() error {
-		mirrored, err := padm.ListEndOffsets(ctx, topic)
-		if err != nil {
-			return err
-		}
-		me, _ = mirrored.Lookup(topic, part)
-		return me.Err
-	})
-	if err != nil {
-		return fail(fmt.Errorf("mirrored end through offsetgate: %w", err))
-	}
-	offset := me.Offset
-	if offset < logStart.Offset {
-		if offset > 0 {
-			return fail(fmt.Errorf("the source's log starts at %d, beyond the mirrored end %d: records were lost to retention before they were mirrored", logStart.Offset, offset))
-		}
-		offset = logStart.Offset
-	}
-	if offset > end.Offset {
-		return fail(fmt.Errorf("the mirror ends at %d, beyond the source's end %d: the source went backwards (truncated or recreated)", offset, end.Offset))
-	}
-	s.From, s.To = offset, offset
-	st.offset.Store(offset)
-	st.sourceEnd.Store(end.Offset)
-	if cfg.follow {
-		end.Offset = 1<<63 - 1
-	}
-	rd := NewReader(src, topic, part)
-	for offset < end.Offset {
-		if ctx.Err() != nil {
-			return s
-		}
-		sets, hwm, err := rd.Fetch(ctx, offset, cfg.MaxBytes)
-		if err != nil {
-			if ctx.Err() != nil {
-				return s
-			}
-			return fail(err)
-		}
-		st.sourceEnd.Store(hwm)
-		if cfg.follow && len(sets) == 0 {
-			if hwm < offset {
-				// The fetch answered, but the source ends below what is mirrored.
-				if err := rd.outOfRange(ctx, offset); err != nil {
-					return fail(err)
-				}
-			}
-			continue // nothing new: the fetch long-polled
-		}
-		var send []byte
-		var hs []batch.Header
-		for _, b := range sets {
-			h, _ := batch.ReadHeader(b)
-			if h.LastOffset() < offset || h.BaseOffset >= end.Offset {
-				continue
-			}
-			if h.Attributes&(batch.AttrTransactional|batch.AttrControl) != 0 {
-				// Refused before anything of it is sent: offsetgate would refuse it too, less
-				// clearly.
-				return fail(fmt.Errorf("transactional batch at offset %d: this version mirrors dense, non-transactional topics only; everything before it is mirrored, nothing after", h.BaseOffset))
-			}
-			send = append(send, b...)
-			hs = append(hs, h)
-		}
-		if len(hs) == 0 {
-			return fail(fmt.Errorf("the source returned no batch at offset %d", offset))
-		}
-		if err := produceAtOffset(ctx, px, conns, topic, part, send); err != nil {
-			if cfg.follow && ctx.Err() != nil {
-				return s // stopped on purpose: the next run resumes from the mirrored end
-			}
-			return fail(fmt.Errorf("at offset %d: %w", hs[0].BaseOffset, err))
-		}
-		for _, h := range hs {
-			s.Batches++
-			s.Records += int64(h.RecordCount)
-		}
-		s.Bytes += int64(len(send))
-		offset = hs[len(hs)-1].LastOffset() + 1
-		s.To = offset
-		st.offset.Store(offset)
-		st.records.Store(s.Records)
-		st.bytes.Store(s.Bytes)
-	}
-	return s
 }
 
 // resolveTopics adds the source topics matching re (internal ones excluded) to the named ones.
@@ -634,15 +496,18 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		if attempt > 0 {
-			time.Sleep(time.Duration(min(attempt, 10)) * 100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(min(attempt, 10)) * 100 * time.Millisecond):
+			}
 		}
 		addr, err := leaderAddr(ctx, px, topic, part)
 		if err != nil {
 			last = err
 			continue
 		}
-		key := connKey(addr, topic, part)
-		c, err := conns.get(ctx, addr, key)
+		c, err := conns.get(ctx, addr)
 		if err != nil {
 			last = err
 			continue
@@ -661,10 +526,11 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 		err = c.RoundTrip(rctx, req, resp, true)
 		cancel()
 		if err != nil {
-			conns.drop(key)
+			conns.discard(c)
 			last = err
 			continue
 		}
+		conns.put(addr, c)
 		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 			return errors.New("malformed produce response")
 		}
@@ -706,90 +572,64 @@ func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (
 	return "", fmt.Errorf("broker %d not in metadata", p.Leader)
 }
 
-// connPool keeps one magic-header connection per partition being mirrored.
+// connPool keeps the magic-header connections to offsetgate's brokers. offsetgate handles a
+// connection's produce-at-offset requests one at a time, so a writer takes a connection of its
+// own for each round trip and gives it back after: there are at most as many connections per
+// broker as writers (Parallel), whatever the number of partitions.
 type connPool struct {
-	cfg   Config
-	mu    sync.Mutex
-	conns map[string]*poolConn
+	cfg    Config
+	mu     sync.Mutex
+	idle   map[string][]*wire.Conn
+	closed bool
 }
 
-type poolConn struct {
-	mu sync.Mutex
-	c  *wire.Conn
-}
+func newConnPool(cfg Config) *connPool { return &connPool{cfg: cfg, idle: map[string][]*wire.Conn{}} }
 
-func newConnPool(cfg Config) *connPool { return &connPool{cfg: cfg, conns: map[string]*poolConn{}} }
-
-// get returns the connection to addr, locked for one round trip at a time by the caller's
-// partition: round trips on one connection are serialized.
-// connKey names the connection of one partition: offsetgate handles a connection's
-// produce-at-offset requests one at a time, so partitions get connections of their own.
-func connKey(addr, topic string, part int32) string {
-	return addr + "/" + topic + "/" + strconv.Itoa(int(part))
-}
-
-func (p *connPool) get(ctx context.Context, addr, key string) (*lockedConn, error) {
+// get takes an idle connection to addr or dials one.
+func (p *connPool) get(ctx context.Context, addr string) (*wire.Conn, error) {
 	p.mu.Lock()
-	pc := p.conns[key]
-	if pc == nil {
-		pc = &poolConn{}
-		p.conns[key] = pc
+	if cs := p.idle[addr]; len(cs) > 0 {
+		c := cs[len(cs)-1]
+		p.idle[addr] = cs[:len(cs)-1]
+		p.mu.Unlock()
+		return c, nil
 	}
 	p.mu.Unlock()
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.c == nil {
-		var tc *tls.Config
-		if p.cfg.ProxyTLS != nil {
-			tc = p.cfg.ProxyTLS.Clone()
-		}
-		dial := (&net.Dialer{Timeout: 10 * time.Second}).DialContext
-		if p.cfg.Dial != nil {
-			dial = p.cfg.Dial
-		}
-		c, err := wire.DialWith(ctx, dial, addr, tc, p.cfg.ProxySASL, "offsetgate-mirror")
-		if err != nil {
-			return nil, err
-		}
-		pc.c = c
+	var tc *tls.Config
+	if p.cfg.ProxyTLS != nil {
+		tc = p.cfg.ProxyTLS.Clone()
 	}
-	return &lockedConn{pc}, nil
+	dial := (&net.Dialer{Timeout: 10 * time.Second}).DialContext
+	if p.cfg.Dial != nil {
+		dial = p.cfg.Dial
+	}
+	return wire.DialWith(ctx, dial, addr, tc, p.cfg.ProxySASL, "offsetgate-mirror")
 }
 
-func (p *connPool) drop(key string) {
+// put gives a connection back after a round trip that completed.
+func (p *connPool) put(addr string, c *wire.Conn) {
 	p.mu.Lock()
-	pc := p.conns[key]
-	p.mu.Unlock()
-	if pc == nil {
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
 		return
 	}
-	pc.mu.Lock()
-	if pc.c != nil {
-		pc.c.Close()
-		pc.c = nil
-	}
-	pc.mu.Unlock()
+	p.idle[addr] = append(p.idle[addr], c)
 }
+
+// discard closes a connection whose round trip failed (its state is unknown).
+func (p *connPool) discard(c *wire.Conn) { c.Close() }
 
 func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, pc := range p.conns {
-		if pc.c != nil {
-			pc.c.Close()
+	p.closed = true
+	for _, cs := range p.idle {
+		for _, c := range cs {
+			c.Close()
 		}
 	}
-}
-
-type lockedConn struct{ pc *poolConn }
-
-func (l *lockedConn) RoundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Response, magic bool) error {
-	l.pc.mu.Lock()
-	defer l.pc.mu.Unlock()
-	if l.pc.c == nil {
-		return errors.New("connection dropped")
-	}
-	return l.pc.c.RoundTrip(ctx, req, resp, magic)
+	p.idle = nil
 }
 
 // SortSummary orders partitions for printing.

@@ -76,7 +76,11 @@ func (t *tracker) update() {
 		t.bytes.WithLabelValues(l...).Set(float64(p.bytes.Load()))
 		t.offset.WithLabelValues(l...).Set(float64(p.offset.Load()))
 		t.end.WithLabelValues(l...).Set(float64(p.sourceEnd.Load()))
-		t.lag.WithLabelValues(l...).Set(float64(lagOf(p)))
+		if lag, ok := lagOf(p); ok {
+			t.lag.WithLabelValues(l...).Set(float64(lag))
+		} else {
+			t.lag.DeleteLabelValues(l...) // unknown is not zero
+		}
 		stopped := 0.0
 		if s := p.state.Load().(string); s != "" && s != "done" {
 			stopped = 1
@@ -85,12 +89,14 @@ func (t *tracker) update() {
 	}
 }
 
-func lagOf(p *partStats) int64 {
+// lagOf is the source offsets not mirrored yet; false while either end is unknown (the
+// partition's state then says why).
+func lagOf(p *partStats) (int64, bool) {
 	o, e := p.offset.Load(), p.sourceEnd.Load()
-	if o < 0 || e < 0 || e < o {
-		return 0
+	if o < 0 || e < 0 {
+		return 0, false
 	}
-	return e - o
+	return max(e-o, 0), true
 }
 
 type snapshot struct {
@@ -151,14 +157,20 @@ func (t *tracker) run(w io.Writer, live bool, interval time.Duration, stop <-cha
 			prev[p] = s
 			state := p.state.Load().(string)
 			if state == "" {
-				state = "mirroring"
+				state = "waiting to start"
 			}
 			name := fmt.Sprintf("%s[%d]", p.topic, p.partition)
-			if live {
-				fmt.Fprintf(&b, "%-40s %12d %12d %10d %12.0f %10.1f  %s\n", name, p.offset.Load(), p.sourceEnd.Load(), lagOf(p), rr, br, state)
-			} else {
+			lag, known := lagOf(p)
+			switch {
+			case live && known:
+				fmt.Fprintf(&b, "%-40s %12d %12d %10d %12.0f %10.1f  %s\n", name, p.offset.Load(), p.sourceEnd.Load(), lag, rr, br, state)
+			case live:
+				fmt.Fprintf(&b, "%-40s %12s %12s %10s %12s %10s  not started: %s\n", name, "-", "-", "-", "-", "-", state)
+			case known:
 				fmt.Fprintf(&b, "%s: mirrored to %d, source end %d, lag %d, %.0f records/s, %.1f MB/s, %s\n",
-					name, p.offset.Load(), p.sourceEnd.Load(), lagOf(p), rr, br, state)
+					name, p.offset.Load(), p.sourceEnd.Load(), lag, rr, br, state)
+			default:
+				fmt.Fprintf(&b, "%s: not started: %s\n", name, state)
 			}
 			lines++
 		}

@@ -65,3 +65,38 @@ func TestTrackerLiveAndMetrics(t *testing.T) {
 		t.Fatalf("records gauge %v, want 1000", v)
 	}
 }
+
+// A partition whose ends are not known yet is shown as not started, with the reason, never
+// with a lag of 0; its lag gauge is absent until it is known.
+func TestTrackerUnknownEnds(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tr := newTracker(reg)
+	p := tr.add("wide", 7)
+	p.state.Store("waiting for the source's leader")
+	var out syncBuf
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { tr.run(&out, false, time.Second, stop); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "wide[7]") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	s := out.String()
+	if !strings.Contains(s, "wide[7]: not started: waiting for the source's leader") {
+		t.Fatalf("progress for unknown ends:\n%s", s)
+	}
+	if strings.Contains(s, "lag 0") || strings.Contains(s, "-1") {
+		t.Fatalf("unknown ends shown as numbers:\n%s", s)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "offsetgate_mirror_client_lag_records" && len(mf.GetMetric()) > 0 {
+			t.Fatalf("a lag gauge for unknown ends: %v", mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+}

@@ -28,8 +28,22 @@ type PartitionStatus struct {
 	Fillers   int64              `json:"filler_records"`
 	Owner     string             `json:"owner,omitempty"`
 	Halted    string             `json:"halted,omitempty"`
-	SourceEnd int64              `json:"source_end,omitempty"`
-	Lag       int64              `json:"lag,omitempty"`
+	// SourceEnd and Lag are set when a source client was given and the source answered;
+	// otherwise LagUnknown says why (never a lag of 0 for ends that are not known).
+	SourceEnd  *int64 `json:"source_end,omitempty"`
+	Lag        *int64 `json:"lag,omitempty"`
+	LagUnknown string `json:"lag_unknown,omitempty"`
+}
+
+// State is what the table shows for the partition: halted, not started or ok.
+func (p PartitionStatus) State() string {
+	switch {
+	case p.Halted != "":
+		return "HALTED: " + p.Halted
+	case p.End < 0:
+		return "not started: nothing mirrored yet"
+	}
+	return "ok"
 }
 
 // Status reads the mirror marks and ledgers through offsetgate (clients may read offsetgate's
@@ -64,9 +78,13 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		if !ok || t.Err != nil {
 			continue
 		}
-		var srcEnds kadm.ListedOffsets
+		var srcEnds, srcStarts kadm.ListedOffsets
+		var srcErr error
 		if src != nil {
-			srcEnds, _ = kadm.NewClient(src).ListEndOffsets(ctx, m.Topic)
+			sadm := kadm.NewClient(src)
+			if srcEnds, srcErr = sadm.ListEndOffsets(ctx, m.Topic); srcErr == nil {
+				srcStarts, srcErr = sadm.ListStartOffsets(ctx, m.Topic)
+			}
 		}
 		for p := range t.Partitions {
 			ps := PartitionStatus{Topic: m.Topic, Partition: p, End: -1, Epoch: -1}
@@ -97,9 +115,8 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 					ps.Halted = e.Reason
 				}
 			}
-			if o, ok := srcEnds.Lookup(m.Topic, p); ok && o.Err == nil {
-				ps.SourceEnd = o.Offset
-				ps.Lag = o.Offset - max(ps.End, 0)
+			if src != nil {
+				ps.SourceEnd, ps.Lag, ps.LagUnknown = lag(srcEnds, srcStarts, srcErr, m.Topic, p, ps.End)
 			}
 			out = append(out, ps)
 		}
@@ -111,6 +128,28 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		return out[i].Partition < out[j].Partition
 	})
 	return out, nil
+}
+
+// lag is the source's end and the offsets it holds beyond the mirrored end (all of them from
+// its log start when nothing is mirrored yet), or why they are not known.
+func lag(ends, starts kadm.ListedOffsets, err error, topic string, p int32, mirroredEnd int64) (*int64, *int64, string) {
+	if err != nil {
+		return nil, nil, "source not read: " + err.Error()
+	}
+	e, ok := ends.Lookup(topic, p)
+	if !ok || e.Err != nil {
+		return nil, nil, fmt.Sprintf("source end of %s[%d] not read: %v", topic, p, lookupErr(ok, e.Err))
+	}
+	from := mirroredEnd
+	if from < 0 {
+		s, ok := starts.Lookup(topic, p)
+		if !ok || s.Err != nil {
+			return nil, nil, fmt.Sprintf("source log start of %s[%d] not read: %v", topic, p, lookupErr(ok, s.Err))
+		}
+		from = s.Offset
+	}
+	end, l := e.Offset, max(e.Offset-from, 0)
+	return &end, &l, ""
 }
 
 // readTopic reads one partition of a topic from its start to its end at the time of the call.

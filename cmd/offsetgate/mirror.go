@@ -44,7 +44,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	progress := fs.String("progress", "auto", "auto: a live table on a terminal, log lines otherwise; live; lines")
 	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit (default: keep mirroring until interrupted)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
-	parallel := fs.Int("parallel", 4, "partitions mirrored at once")
+	parallel := fs.Int("parallel", 4, "produce-at-offset writes in flight at once (and connections to each offsetgate broker); every partition is mirrored whatever its value")
 	groups := fs.String("groups", "", "copy the committed offsets of source consumer groups matching this regular expression")
 	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied, the source's log start is followed and --topic-regex is looked at again, while following")
 	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
@@ -57,10 +57,16 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT (--topics T[,T...] | --topic-regex R) [--groups REGEX] [--once] [identity flags]")
 		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition stopped (see the message), 2 bad usage or input (nothing written), 3 internal error.")
+		fmt.Fprintln(stderr, "Every partition of every topic named or matched is mirrored, whatever --parallel says: one fetch per source")
+		fmt.Fprintln(stderr, "broker reads all the partitions it leads, and --parallel writers send what was read through offsetgate.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
 		return code
+	}
+	if *parallel < 1 {
+		fmt.Fprintln(stderr, "offsetgate mirror: --parallel must be at least 1")
+		return exitUsage
 	}
 	if *source == "" || *proxyAddr == "" || (*topics == "" && *topicRegex == "") {
 		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topics or --topic-regex are required")

@@ -75,13 +75,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		for _, s := range p.Shifts {
 			segs = append(segs, fmt.Sprintf("%d:%d", s["from_source_offset"], s["delta"]))
 		}
-		state := "ok"
-		if p.Halted != "" {
-			state = "HALTED: " + p.Halted
-		}
-		lag := "-"
-		if src != nil {
-			lag = fmt.Sprint(p.Lag)
+		state := p.State()
+		lag := "-" // no --source: not asked for
+		switch {
+		case p.Lag != nil:
+			lag = fmt.Sprint(*p.Lag)
+		case src != nil:
+			lag = "unknown"
+			state += " (lag unknown: " + p.LagUnknown + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, p.End, strings.Join(segs, " "), p.Epoch, lag, state)
 	}

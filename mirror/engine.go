@@ -1,0 +1,776 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/batch"
+)
+
+// The engine mirrors a set of partitions that can grow while it runs (--topic-regex). Every
+// partition is owned from the moment it is added until it is done or stopped, whatever
+// Parallel says:
+//
+//   - one fetch loop per source broker reads every partition that broker leads in one Fetch
+//     request (as a consumer does), so a following mirror of a thousand partitions keeps a
+//     handful of requests in flight, not a thousand long polls queued on one connection;
+//   - Parallel writers send what was fetched through offsetgate, one partition at a time per
+//     writer: Parallel bounds the produce-at-offset requests in flight and so the connections
+//     to offsetgate, not the partitions mirrored;
+//   - each partition holds at most two chunks (one being written, one fetched ahead), and the
+//     fetch loops stop asking while the bytes fetched and not yet written exceed the budget.
+type engine struct {
+	cfg    Config
+	src    *kgo.Client
+	px     *kgo.Client
+	conns  *connPool
+	tr     *tracker
+	budget int64 // bytes fetched and not yet written, at most (a fetch may overshoot by one answer)
+
+	mu        sync.Mutex
+	parts     map[partKey]*part
+	order     []*part // in the order they were added: fetch requests rotate over it
+	fetchers  map[int32]*fetcher
+	ready     []*part // partitions with a chunk waiting and no writer, oldest first
+	readyWake chan struct{}
+	buffered  int64
+	open      int // partitions neither done nor stopped, plus one while partitions are being added
+	allDone   chan struct{}
+	rotate    int
+	metaWake  chan struct{}
+
+	wg sync.WaitGroup // the fetch loops, the writers and the metadata loop
+}
+
+type partKey struct {
+	topic string
+	num   int32
+}
+
+// part is one partition's state; every field is guarded by engine.mu.
+type part struct {
+	topic  string
+	id     [16]byte
+	num    int32
+	leader int32 // source broker leading it; -1 while unknown
+	next   int64 // next source offset to fetch
+	target int64 // a --once run stops here (the source's end at start); -1: following
+	max    int32 // partition bytes of the next fetch (more for one batch larger than MaxBytes)
+
+	chunk    *chunk // fetched, waiting for a writer
+	writing  bool
+	finished bool
+	sum      PartitionSummary
+	st       *partStats
+	halt     error     // stops the partition once everything before target is written
+	failures int       // fetch failures in a row
+	retryAt  time.Time // not fetched before this (backing off after a failure)
+}
+
+type chunk struct {
+	data []byte
+	hs   []batch.Header
+}
+
+func newEngine(cfg Config, src, px *kgo.Client, conns *connPool, tr *tracker) *engine {
+	budget := int64(cfg.MaxBytes) * int64(cfg.Parallel) * 4
+	budget = max(budget, 16<<20, 2*int64(cfg.MaxBytes))
+	budget = min(budget, max(256<<20, 2*int64(cfg.MaxBytes)))
+	return &engine{cfg: cfg, src: src, px: px, conns: conns, tr: tr, budget: budget,
+		parts: map[partKey]*part{}, fetchers: map[int32]*fetcher{},
+		readyWake: make(chan struct{}, 1), metaWake: make(chan struct{}, 1), allDone: make(chan struct{}),
+		open: 1}
+}
+
+// added says that no more partitions will be added (a run without --topic-regex, once its
+// topics are in): the run ends when every partition is done or stopped.
+func (e *engine) added() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.releaseLocked()
+}
+
+func (e *engine) releaseLocked() {
+	e.open--
+	if e.open == 0 {
+		close(e.allDone)
+	}
+}
+
+// start runs the writers and the metadata loop until ctx ends.
+func (e *engine) start(ctx context.Context) {
+	for i := 0; i < e.cfg.Parallel; i++ {
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); e.writer(ctx) }()
+	}
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.metadataLoop(ctx) }()
+}
+
+// wait returns once every partition is done or stopped, or ctx ended.
+func (e *engine) wait(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-e.allDone:
+	}
+}
+
+// addTopic reads where each partition of topic starts (the mirrored end through offsetgate,
+// the source's log start and end) and starts mirroring them. A partition that cannot start
+// (records lost to retention, a source that went backwards) is stopped with its reason; an
+// error is returned only when the positions could not be read at all.
+func (e *engine) addTopic(ctx context.Context, topic string, id [16]byte, n int32) error {
+	sadm, padm := kadm.NewClient(e.src), kadm.NewClient(e.px)
+	stats := make([]*partStats, n)
+	for p := int32(0); p < n; p++ {
+		stats[p] = e.tr.add(topic, p)
+		stats[p].state.Store("starting: reading the mirrored end and the source's offsets")
+	}
+	var ends, starts, mirrored kadm.ListedOffsets
+	err := retry(ctx, func() error {
+		var err error
+		if ends, err = sadm.ListEndOffsets(ctx, topic); err != nil {
+			return fmt.Errorf("source end offsets of %s: %w", topic, err)
+		}
+		if starts, err = sadm.ListStartOffsets(ctx, topic); err != nil {
+			return fmt.Errorf("source start offsets of %s: %w", topic, err)
+		}
+		if mirrored, err = padm.ListEndOffsets(ctx, topic); err != nil {
+			return fmt.Errorf("mirrored ends of %s through offsetgate: %w", topic, err)
+		}
+		// A topic created a moment ago may not be known everywhere yet: partitions missing
+		// from an answer, or answered with a retriable error, are asked for again.
+		for pn := int32(0); pn < n; pn++ {
+			for _, l := range []struct {
+				what string
+				lo   kadm.ListedOffsets
+			}{{"source end", ends}, {"source start", starts}, {"mirrored end through offsetgate", mirrored}} {
+				o, ok := l.lo.Lookup(topic, pn)
+				if !ok {
+					return fmt.Errorf("%s of %s[%d]: partition missing from the answer", l.what, topic, pn)
+				}
+				if o.Err != nil && kerr.IsRetriable(o.Err) {
+					return fmt.Errorf("%s of %s[%d]: %w", l.what, topic, pn, o.Err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, st := range stats {
+			st.state.Store("stopped: " + err.Error())
+		}
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for pn := int32(0); pn < n; pn++ {
+		p := &part{topic: topic, id: id, num: pn, leader: -1, target: -1, max: e.cfg.MaxBytes, st: stats[pn]}
+		p.sum = PartitionSummary{Topic: topic, Partition: pn}
+		e.parts[partKey{topic, pn}] = p
+		e.order = append(e.order, p)
+		e.open++
+		if err := p.place(ends, starts, mirrored, e.cfg.follow); err != nil {
+			e.stopLocked(p, err)
+			continue
+		}
+		if p.target >= 0 && p.next >= p.target {
+			e.finishLocked(p)
+			continue
+		}
+		p.st.state.Store("waiting for the source's leader")
+	}
+	e.kick(e.metaWake)
+	return nil
+}
+
+// place sets where the partition starts and, for a --once run, where it ends.
+func (p *part) place(ends, starts, mirrored kadm.ListedOffsets, follow bool) error {
+	end, ok := ends.Lookup(p.topic, p.num)
+	if !ok || end.Err != nil {
+		return fmt.Errorf("source end offset: %v", lookupErr(ok, end.Err))
+	}
+	logStart, ok := starts.Lookup(p.topic, p.num)
+	if !ok || logStart.Err != nil {
+		return fmt.Errorf("source start offset: %v", lookupErr(ok, logStart.Err))
+	}
+	me, ok := mirrored.Lookup(p.topic, p.num)
+	if !ok || me.Err != nil {
+		return fmt.Errorf("mirrored end through offsetgate: %v", lookupErr(ok, me.Err))
+	}
+	offset := me.Offset
+	if offset < logStart.Offset {
+		if offset > 0 {
+			return fmt.Errorf("the source's log starts at %d, beyond the mirrored end %d: records were lost to retention before they were mirrored", logStart.Offset, offset)
+		}
+		offset = logStart.Offset
+	}
+	if offset > end.Offset {
+		return fmt.Errorf("the mirror ends at %d, beyond the source's end %d: the source went backwards (truncated or recreated)", offset, end.Offset)
+	}
+	p.next = offset
+	p.sum.From, p.sum.To = offset, offset
+	p.st.offset.Store(offset)
+	p.st.sourceEnd.Store(end.Offset)
+	if !follow {
+		p.target = end.Offset
+	}
+	return nil
+}
+
+func lookupErr(found bool, err error) error {
+	if !found {
+		return errors.New("partition missing from the answer")
+	}
+	return err
+}
+
+// kick wakes a loop without blocking (a wake already pending is enough).
+func (e *engine) kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (e *engine) stopLocked(p *part, err error) {
+	if p.finished {
+		return
+	}
+	p.finished = true
+	p.sum.Err = err
+	p.st.state.Store("stopped: " + err.Error())
+	e.closeLocked(p)
+}
+
+func (e *engine) finishLocked(p *part) {
+	if p.finished {
+		return
+	}
+	p.finished = true
+	p.st.state.Store("done")
+	e.closeLocked(p)
+}
+
+func (e *engine) closeLocked(p *part) {
+	if p.chunk != nil {
+		e.buffered -= int64(len(p.chunk.data))
+		p.chunk = nil
+	}
+	if e.cfg.Progress != nil && !e.cfg.Live && (!e.cfg.follow || p.sum.Err != nil) {
+		status := "ok"
+		if p.sum.Err != nil {
+			status = "error: " + p.sum.Err.Error()
+		}
+		fmt.Fprintf(e.cfg.Progress, "%s[%d]: offsets %d..%d, %d batches, %d records, %d bytes: %s\n",
+			p.topic, p.num, p.sum.From, p.sum.To, p.sum.Batches, p.sum.Records, p.sum.Bytes, status)
+	}
+	e.releaseLocked()
+}
+
+// report writes a line for each partition still running when a following run ends.
+func (e *engine) report() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cfg.Progress == nil || e.cfg.Live {
+		return
+	}
+	for _, p := range e.order {
+		if !p.finished {
+			fmt.Fprintf(e.cfg.Progress, "%s[%d]: offsets %d..%d, %d batches, %d records, %d bytes: ok\n",
+				p.topic, p.num, p.sum.From, p.sum.To, p.sum.Batches, p.sum.Records, p.sum.Bytes)
+		}
+	}
+}
+
+// summary is every partition's result, in the order they were added.
+func (e *engine) summary() []PartitionSummary {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]PartitionSummary, 0, len(e.order))
+	for _, p := range e.order {
+		out = append(out, p.sum)
+	}
+	return out
+}
+
+// metadataLoop learns the leaders of partitions that have none (at start, after a leader moved
+// or a broker went away), and stops partitions whose source topic was deleted or recreated.
+func (e *engine) metadataLoop(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.metaWake:
+		}
+		for {
+			missing, err := e.refreshLeaders(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil && missing == 0 {
+				backoff = 100 * time.Millisecond
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}
+
+// refreshLeaders asks the source (uncached) for the topics of partitions without a leader and
+// returns how many still have none.
+func (e *engine) refreshLeaders(ctx context.Context) (int, error) {
+	e.mu.Lock()
+	topics := map[string]bool{}
+	for _, p := range e.order {
+		if !p.finished && p.leader < 0 {
+			topics[p.topic] = true
+		}
+	}
+	e.mu.Unlock()
+	if len(topics) == 0 {
+		return 0, nil
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	for t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, e.src)
+	if err != nil {
+		e.mu.Lock()
+		for _, p := range e.order {
+			if !p.finished && p.leader < 0 {
+				p.st.state.Store("waiting for the source: " + err.Error())
+			}
+		}
+		e.mu.Unlock()
+		return len(topics), err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	byName := map[string]kmsg.MetadataResponseTopic{}
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			byName[*t.Topic] = t
+		}
+	}
+	missing := 0
+	for _, p := range e.order {
+		if p.finished || p.leader >= 0 {
+			continue
+		}
+		t, ok := byName[p.topic]
+		terr := kerr.ErrorForCode(t.ErrorCode)
+		switch {
+		case !ok || errors.Is(terr, kerr.UnknownTopicOrPartition):
+			e.stopLocked(p, fmt.Errorf("%w: source topic %s was deleted", ErrSourceBackwards, p.topic))
+			continue
+		case terr != nil:
+			p.st.state.Store("waiting for the source's leader: " + terr.Error())
+			missing++
+			continue
+		case t.TopicID != p.id:
+			e.stopLocked(p, fmt.Errorf("%w: source topic %s was deleted and recreated (topic id changed)", ErrSourceBackwards, p.topic))
+			continue
+		}
+		leader := int32(-1)
+		for _, mp := range t.Partitions {
+			if mp.Partition == p.num && mp.ErrorCode == 0 {
+				leader = mp.Leader
+			}
+		}
+		if leader < 0 {
+			p.st.state.Store("waiting for the source's leader")
+			missing++
+			continue
+		}
+		p.leader = leader
+		p.st.state.Store("mirroring")
+		e.fetcherLocked(ctx, leader)
+	}
+	return missing, nil
+}
+
+// fetcherLocked returns the fetch loop of a source broker, starting it on first use, and
+// wakes it.
+func (e *engine) fetcherLocked(ctx context.Context, broker int32) *fetcher {
+	f := e.fetchers[broker]
+	if f == nil {
+		f = &fetcher{e: e, broker: broker, wake: make(chan struct{}, 1)}
+		e.fetchers[broker] = f
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); f.run(ctx) }()
+	}
+	e.kick(f.wake)
+	return f
+}
+
+// wakeFetcherLocked wakes the fetch loop of p's leader, if it has one.
+func (e *engine) wakeFetcherLocked(p *part) {
+	if f := e.fetchers[p.leader]; f != nil {
+		e.kick(f.wake)
+	}
+}
+
+// lostLeaderLocked sends p back to the metadata loop.
+func (e *engine) lostLeaderLocked(p *part, why error) {
+	p.leader = -1
+	p.st.state.Store("waiting for the source's leader: " + why.Error())
+	e.kick(e.metaWake)
+}
+
+// failedLocked counts a failed fetch of p: a --once run stops the partition after many in a
+// row; a following run backs off and tries again for as long as it runs (the state says why).
+func (e *engine) failedLocked(p *part, err error) {
+	p.failures++
+	if !e.cfg.follow && p.failures >= 20 {
+		e.stopLocked(p, err)
+		return
+	}
+	p.retryAt = time.Now().Add(time.Duration(min(p.failures, 20)) * 100 * time.Millisecond)
+	p.st.state.Store(fmt.Sprintf("retrying (%d): %v", p.failures, err))
+}
+
+// fetcher is the fetch loop of one source broker.
+type fetcher struct {
+	e      *engine
+	broker int32
+	wake   chan struct{}
+}
+
+// busyWait is the wait of a fetch while one of the broker's partitions is being written: it
+// will want its next chunk soon, and a long poll of the others would hold it back.
+const busyWait = 20 * time.Millisecond
+
+func (f *fetcher) run(ctx context.Context) {
+	e := f.e
+	for {
+		req, asked, wait := f.request()
+		if req == nil {
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-f.wake:
+			case <-timer.C:
+			}
+			timer.Stop()
+			continue
+		}
+		kr, err := e.src.Broker(int(f.broker)).Request(ctx, req)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			e.mu.Lock()
+			for _, p := range asked {
+				if !p.finished {
+					e.failedLocked(p, fmt.Errorf("fetch from source broker %d: %w", f.broker, err))
+					e.lostLeaderLocked(p, err)
+				}
+			}
+			e.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		f.handle(ctx, asked, kr.(*kmsg.FetchResponse))
+	}
+}
+
+// request builds the next Fetch of this broker's partitions that can take a chunk, or returns
+// nil and how long to wait for one.
+func (f *fetcher) request() (*kmsg.FetchRequest, []*part, time.Duration) {
+	e := f.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.buffered >= e.budget {
+		return nil, nil, time.Second // a writer wakes us when it took a chunk
+	}
+	now := time.Now()
+	n := len(e.order)
+	var asked []*part
+	busy := false
+	soonest := time.Second
+	var big *part // a partition whose next batch is larger than MaxBytes goes first
+	for i := 0; i < n; i++ {
+		p := e.order[(i+e.rotate)%n]
+		if p.finished || p.leader != f.broker {
+			continue
+		}
+		if p.chunk != nil || p.writing {
+			busy = true
+		}
+		if p.chunk != nil || (p.target >= 0 && p.next >= p.target) {
+			continue
+		}
+		if now.Before(p.retryAt) {
+			soonest = min(soonest, p.retryAt.Sub(now))
+			continue
+		}
+		if p.max > e.cfg.MaxBytes && big == nil {
+			big = p
+			continue
+		}
+		asked = append(asked, p)
+	}
+	e.rotate++
+	if big != nil {
+		asked = append([]*part{big}, asked...)
+	}
+	if len(asked) == 0 {
+		return nil, nil, soonest
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MinBytes, req.IsolationLevel = -1, 1, 0 // read_uncommitted: markers and open transactions are seen
+	req.MaxWaitMillis = int32(fetchWait.Milliseconds())
+	if busy || !e.cfg.follow {
+		req.MaxWaitMillis = int32(busyWait.Milliseconds())
+	}
+	req.MaxBytes = int32(min(max(e.budget-e.buffered, int64(e.cfg.MaxBytes)), 50<<20))
+	topics := map[string]int{}
+	for _, p := range asked {
+		i, ok := topics[p.topic]
+		if !ok {
+			i = len(req.Topics)
+			topics[p.topic] = i
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic, ft.TopicID = p.topic, p.id
+			req.Topics = append(req.Topics, ft)
+		}
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes = p.num, p.next, p.max
+		fp.CurrentLeaderEpoch, fp.LogStartOffset = -1, -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, fp)
+	}
+	return req, asked, 0
+}
+
+// handle takes a Fetch answer: chunks for the writers, errors for the partitions they belong to.
+func (f *fetcher) handle(ctx context.Context, asked []*part, resp *kmsg.FetchResponse) {
+	e := f.e
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		e.mu.Lock()
+		for _, p := range asked {
+			if !p.finished {
+				e.failedLocked(p, fmt.Errorf("fetch from source broker %d: %w", f.broker, err))
+			}
+		}
+		e.mu.Unlock()
+		return
+	}
+	type key struct {
+		id   [16]byte
+		name string
+		num  int32
+	}
+	answers := map[key]*kmsg.FetchResponseTopicPartition{}
+	for ti := range resp.Topics {
+		t := &resp.Topics[ti]
+		for pi := range t.Partitions {
+			rp := &t.Partitions[pi]
+			answers[key{t.TopicID, t.Topic, rp.Partition}] = rp
+		}
+	}
+	var outOfRange []*part
+	e.mu.Lock()
+	for _, p := range asked {
+		if p.finished || p.leader != f.broker {
+			continue
+		}
+		rp := answers[key{p.id, "", p.num}]
+		if rp == nil {
+			rp = answers[key{[16]byte{}, p.topic, p.num}]
+		}
+		if rp == nil {
+			continue // not answered (the answer's byte budget ran out): asked again next time
+		}
+		if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+			switch {
+			case errors.Is(err, kerr.OffsetOutOfRange):
+				outOfRange = append(outOfRange, p)
+			case errors.Is(err, kerr.NotLeaderForPartition), errors.Is(err, kerr.FencedLeaderEpoch),
+				errors.Is(err, kerr.UnknownLeaderEpoch), errors.Is(err, kerr.LeaderNotAvailable),
+				errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID),
+				errors.Is(err, kerr.KafkaStorageError), errors.Is(err, kerr.ReplicaNotAvailable),
+				errors.Is(err, kerr.InconsistentTopicID):
+				e.lostLeaderLocked(p, err)
+			default:
+				e.failedLocked(p, fmt.Errorf("fetch from the source (broker %d) at %d: %w", f.broker, p.next, err))
+			}
+			continue
+		}
+		p.failures = 0
+		if p.st.state.Load() != "mirroring" {
+			p.st.state.Store("mirroring")
+		}
+		p.st.sourceEnd.Store(rp.HighWatermark)
+		e.takeLocked(p, rp.RecordBatches)
+	}
+	e.mu.Unlock()
+	for _, p := range outOfRange {
+		f.checkRange(ctx, p)
+	}
+}
+
+// takeLocked keeps the whole batches of a partition's answer as its next chunk.
+func (e *engine) takeLocked(p *part, records []byte) {
+	sets, hs, err := batch.Split(records)
+	if errors.Is(err, batch.ErrTruncated) {
+		sets, err = wholeBatches(records), nil
+		hs = hs[:0]
+		for _, b := range sets {
+			h, _ := batch.ReadHeader(b)
+			hs = append(hs, h)
+		}
+	}
+	if err != nil {
+		e.stopLocked(p, fmt.Errorf("the source's answer at offset %d: %w", p.next, err))
+		return
+	}
+	if len(sets) == 0 && len(records) > 0 {
+		// One batch larger than the partition's bytes: ask for it whole, first in the next fetch
+		// (the broker returns a larger batch whole only to the first partition it fills).
+		if h, herr := batch.ReadHeader(records); herr == nil && int32(h.Size()) > p.max {
+			p.max = int32(h.Size())
+		}
+		return
+	}
+	p.max = e.cfg.MaxBytes
+	var c chunk
+	for i, b := range sets {
+		h := hs[i]
+		if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
+			continue
+		}
+		if h.Attributes&(batch.AttrTransactional|batch.AttrControl) != 0 {
+			// Refused before anything of it is sent: offsetgate would refuse it too, less
+			// clearly. What was fetched before it is still written.
+			p.halt = fmt.Errorf("transactional batch at offset %d: this version mirrors dense, non-transactional topics only; everything before it is mirrored, nothing after", h.BaseOffset)
+			if len(c.hs) == 0 {
+				e.stopLocked(p, p.halt)
+				return
+			}
+			p.target = h.BaseOffset
+			break
+		}
+		c.data = append(c.data, b...)
+		c.hs = append(c.hs, h)
+	}
+	if len(c.hs) == 0 {
+		return
+	}
+	p.chunk = &c
+	p.next = c.hs[len(c.hs)-1].LastOffset() + 1
+	e.buffered += int64(len(c.data))
+	if !p.writing {
+		e.ready = append(e.ready, p)
+		e.kick(e.readyWake)
+	}
+}
+
+// checkRange tells a source that went backwards (its end is below the fetch offset) from a
+// moment of leader change, and a log start that passed what was mirrored.
+func (f *fetcher) checkRange(ctx context.Context, p *part) {
+	e := f.e
+	e.mu.Lock()
+	topic, num, next := p.topic, p.num, p.next
+	e.mu.Unlock()
+	err := (&Reader{src: e.src, topic: topic, part: num}).outOfRange(ctx, next)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.stopLocked(p, err)
+		return
+	}
+	e.lostLeaderLocked(p, kerr.OffsetOutOfRange)
+}
+
+// writer sends chunks through offsetgate, one partition at a time, until ctx ends.
+func (e *engine) writer(ctx context.Context) {
+	for {
+		p, c := e.nextChunk(ctx)
+		if p == nil {
+			return
+		}
+		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data)
+		e.mu.Lock()
+		p.writing = false
+		e.buffered -= int64(len(c.data))
+		switch {
+		case p.finished:
+		case err != nil && ctx.Err() != nil:
+			// Stopped on purpose: the next run resumes from the mirrored end.
+		case err != nil:
+			e.stopLocked(p, fmt.Errorf("at offset %d: %w", c.hs[0].BaseOffset, err))
+		default:
+			for _, h := range c.hs {
+				p.sum.Batches++
+				p.sum.Records += int64(h.RecordCount)
+			}
+			p.sum.Bytes += int64(len(c.data))
+			p.sum.To = c.hs[len(c.hs)-1].LastOffset() + 1
+			p.st.offset.Store(p.sum.To)
+			p.st.records.Store(p.sum.Records)
+			p.st.bytes.Store(p.sum.Bytes)
+			if p.target >= 0 && p.sum.To >= p.target && p.halt != nil {
+				e.stopLocked(p, p.halt)
+			} else if p.target >= 0 && p.sum.To >= p.target {
+				e.finishLocked(p)
+			} else if p.chunk != nil {
+				e.ready = append(e.ready, p)
+				e.kick(e.readyWake)
+			}
+		}
+		e.wakeFetcherLocked(p)
+		e.mu.Unlock()
+	}
+}
+
+// nextChunk hands a writer the oldest waiting chunk, or nil when ctx ended.
+func (e *engine) nextChunk(ctx context.Context) (*part, *chunk) {
+	for {
+		e.mu.Lock()
+		for len(e.ready) > 0 {
+			p := e.ready[0]
+			e.ready = e.ready[1:]
+			if p.finished || p.chunk == nil || p.writing {
+				continue
+			}
+			c := p.chunk
+			p.chunk, p.writing = nil, true
+			if len(e.ready) > 0 {
+				e.kick(e.readyWake) // another writer may take the next one
+			}
+			e.wakeFetcherLocked(p) // it may fetch ahead while this chunk is written
+			e.mu.Unlock()
+			return p, c
+		}
+		e.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-e.readyWake:
+		}
+	}
+}
