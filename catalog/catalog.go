@@ -47,10 +47,13 @@ type Catalog struct {
 	log *zap.Logger
 
 	mu     sync.RWMutex
-	byName map[string]TopicID
+	byName map[string]TopicID // confirmed: learned after the marks were read up to date
 	byID   map[TopicID]string
 	marks  map[TopicID]*rules.Mark
 	live   atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
+	// applied is the offset after the last marks record applied: Sync waits for it to reach
+	// the marks topic's end.
+	applied atomic.Int64
 
 	ready chan struct{}
 }
@@ -136,6 +139,7 @@ func (c *Catalog) Run(ctx context.Context) {
 		})
 		fs.EachRecord(func(r *kgo.Record) {
 			c.apply(r)
+			c.applied.Store(r.Offset + 1)
 			if !readyClosed && r.Offset+1 >= end {
 				readyClosed = true
 				close(c.ready)
@@ -162,8 +166,10 @@ func (c *Catalog) apply(r *kgo.Record) {
 	}
 	var m rules.Mark
 	if err := json.Unmarshal(r.Value, &m); err != nil {
-		c.log.Error("ignoring an unreadable mark", zap.String("topic_id", string(r.Key)), zap.Error(err))
-		return
+		// Fail closed: a mark that cannot be read still makes its topic a mirror topic, with no
+		// source settings (the strictest rules), rather than an ordinary one anyone may write.
+		c.log.Error("unreadable mark: treating the topic as a mirror topic with no source settings", zap.String("topic_id", string(r.Key)), zap.Error(err))
+		m = rules.Mark{Version: -1, TopicID: string(r.Key)}
 	}
 	if m.Version > rules.MarkVersion {
 		c.log.Error("a mark written by a newer offsetgate: treating the topic as a mirror topic, unchanged", zap.Int("version", m.Version))
@@ -197,8 +203,12 @@ func parseID(s string) (TopicID, error) {
 // IDString is a topic id as marks store it.
 func IDString(id TopicID) string { return hex.EncodeToString(id[:]) }
 
-// Observe records a topic name and id seen in a Metadata response (or any response that
-// carries both). Safe from event loops.
+// Observe notes a topic name and id seen in an answer that passed through (a client's
+// Metadata). It confirms nothing new: a name whose id is not confirmed yet stays unknown to
+// ByName, so the rules look it up with Refresh, which reads the marks up to date first. A
+// client's answer could otherwise make a topic known before its mark was read (a mirror topic
+// created through another instance a moment ago), and it would be judged as an ordinary
+// topic. Safe from event loops.
 func (c *Catalog) Observe(name string, id TopicID) {
 	if name == "" || id == (TopicID{}) {
 		return
@@ -207,6 +217,22 @@ func (c *Catalog) Observe(name string, id TopicID) {
 	same := c.byName[name] == id
 	c.mu.RUnlock()
 	if same {
+		return
+	}
+	// A name known under another id was deleted and recreated: forget the old id, so the
+	// new one is looked up before anything is judged by that name.
+	c.mu.Lock()
+	if old, ok := c.byName[name]; ok && old != id {
+		delete(c.byName, name)
+		delete(c.byID, old)
+	}
+	c.mu.Unlock()
+}
+
+// learn confirms a topic name and id: the marks were read up to date after the destination
+// showed the topic (Refresh), or this instance stored the topic's mark itself.
+func (c *Catalog) learn(name string, id TopicID) {
+	if name == "" || id == (TopicID{}) {
 		return
 	}
 	// Names may alias a network buffer (kmsg's unsafe decoding): keep a copy.
@@ -218,6 +244,30 @@ func (c *Catalog) Observe(name string, id TopicID) {
 	c.byName[name] = id
 	c.byID[id] = name
 	c.mu.Unlock()
+}
+
+// Sync returns once every mark stored before the call has been applied here. It blocks.
+func (c *Catalog) Sync(ctx context.Context) error {
+	offs, err := kadm.NewClient(c.cl).ListEndOffsets(ctx, MarksTopic)
+	if err != nil {
+		return fmt.Errorf("catalog: end of %s: %w", MarksTopic, err)
+	}
+	o, ok := offs.Lookup(MarksTopic, 0)
+	if !ok || o.Err != nil {
+		return fmt.Errorf("catalog: end of %s: %v", MarksTopic, o.Err)
+	}
+	wait := time.NewTimer(10 * time.Second)
+	defer wait.Stop()
+	for c.applied.Load() < o.Offset {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wait.C:
+			return fmt.Errorf("catalog: the marks were not read up to offset %d within 10s (read up to %d)", o.Offset, c.applied.Load())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // ByName looks a topic up by name; ok is false when its id is not known yet.
@@ -281,8 +331,9 @@ func (c *Catalog) Mirrors() []Topic {
 	return out
 }
 
-// Refresh asks the destination for the ids of these topics (all topics when names is empty).
-// It blocks.
+// Refresh asks the destination for the ids of these topics (all topics when names is empty),
+// reads the marks up to date, and only then confirms what the destination showed: a topic
+// created as a mirror topic before the call is known with its mark. It blocks.
 func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 	req := kmsg.NewPtrMetadataRequest()
 	if len(names) == 0 {
@@ -298,9 +349,12 @@ func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 	if err != nil {
 		return fmt.Errorf("catalog: metadata: %w", err)
 	}
+	if err := c.Sync(ctx); err != nil {
+		return err
+	}
 	for _, t := range resp.Topics {
 		if t.Topic != nil && t.ErrorCode == 0 {
-			c.Observe(*t.Topic, t.TopicID)
+			c.learn(*t.Topic, t.TopicID)
 		}
 	}
 	return nil
@@ -322,6 +376,7 @@ func (c *Catalog) Store(ctx context.Context, id TopicID, m rules.Mark) error {
 	c.marks[id] = &m
 	c.count()
 	c.mu.Unlock()
+	c.learn(m.Topic, id)
 	return nil
 }
 

@@ -348,6 +348,9 @@ func (cl *gnetClient) failClient(side string, err error) {
 
 // session.Conn
 
+// Close is called from a Post callback, on the connection's event loop.
+func (cl *gnetClient) Close(err error) { cl.failClient("client", err) }
+
 func (cl *gnetClient) WriteClient(b []byte) {
 	if !cl.closed {
 		_, _ = cl.c.Write(b)

@@ -205,6 +205,9 @@ func (nc *netClient) readUpstream() {
 
 // session.Conn; called with nc.mu held.
 
+// Close runs close on a goroutine of its own: the caller holds nc.mu, which close takes.
+func (nc *netClient) Close(err error) { go nc.close("client", err) }
+
 func (nc *netClient) WriteClient(b []byte)   { nc.toClient.push(b) }
 func (nc *netClient) WriteUpstream(b []byte) { nc.toUp.push(b) }
 func (nc *netClient) ClientPending() int     { return nc.toClient.pending() }

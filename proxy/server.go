@@ -498,6 +498,10 @@ func closeKind(side string, err error) string {
 		return "tls"
 	case errors.Is(err, session.ErrForbidden):
 		return "forbidden"
+	case errors.Is(err, session.ErrUndecodable):
+		return "undecodable"
+	case errors.Is(err, session.ErrUnjudged):
+		return "unjudged"
 	case side == "upstream":
 		return "upstream"
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed),

@@ -21,6 +21,8 @@ const (
 
 // Error codes of refusals (docs/PROTOCOL.md lists them with their meaning).
 const (
+	ErrUnknownTopic       int16 = 3   // UNKNOWN_TOPIC_OR_PARTITION: a name the destination does not show offsetgate
+	ErrUnknownTopicID     int16 = 100 // UNKNOWN_TOPIC_ID: an id the destination does not show offsetgate
 	ErrTopicAuthorization int16 = 29 // TOPIC_AUTHORIZATION_FAILED: not an approved mirroring client, or offsetgate's own topic
 	ErrInvalidConfig      int16 = 40 // INVALID_CONFIG: a config change that would break exactness, or adding the mark later
 	ErrPolicyViolation    int16 = 44 // POLICY_VIOLATION: an operation that would break a mirror's exactness
@@ -57,10 +59,61 @@ var sourceKeys = map[string]bool{
 // maxLong is Kafka's Long.MAX_VALUE, used for "no timestamp window".
 const maxLong = "9223372036854775807"
 
+// Defaults of the guarded settings of a mirror topic created without the source's (a
+// mirroring client that sends no offsetgate.source.* settings). docs/PROTOCOL.md lists them.
+const (
+	// DefaultMaxMessageBytes is Kafka's own default max.message.bytes.
+	DefaultMaxMessageBytes = "1048588"
+	// DefaultSegmentBytes is Kafka's own default segment.bytes.
+	DefaultSegmentBytes = "1073741824"
+)
+
+// Guarded lists the topic settings a mirror topic's exactness depends on. Each is set on the
+// topic itself at creation (from the source's settings or the defaults above), so the
+// destination's broker-level defaults never reach it, and every later change of one is judged
+// by ConfigChange.
+var Guarded = []string{
+	"compression.type", "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+	"retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes", "segment.bytes",
+	"unclean.leader.election.enable",
+}
+
+// pinned is the value a guarded setting gets at creation when the client did not give one.
+func pinned(key string, source map[string]string) string {
+	switch key {
+	case "compression.type":
+		return "producer"
+	case "message.timestamp.type":
+		return "CreateTime"
+	case "message.timestamp.before.max.ms", "message.timestamp.after.max.ms":
+		return maxLong
+	case "retention.ms", "retention.bytes":
+		if v, ok := source[key]; ok {
+			return v
+		}
+		return "-1" // the mirroring client moves the log start as the source's moves
+	case "cleanup.policy":
+		if v, ok := source[key]; ok {
+			return v
+		}
+		return "delete"
+	case "max.message.bytes":
+		if v, ok := source[key]; ok {
+			return v
+		}
+		return DefaultMaxMessageBytes
+	case "segment.bytes":
+		return DefaultSegmentBytes
+	case "unclean.leader.election.enable":
+		return "false"
+	}
+	return ""
+}
+
 // DestinationConfigs turns the configs a client sent with a mirror topic's CreateTopics into
-// what the destination broker gets (offsetgate keys removed, exactness settings set) and the
-// source settings to store with the mark. It refuses, naming the setting, configs that would
-// break exactness.
+// what the destination broker gets (offsetgate keys removed, every guarded setting set on the
+// topic) and the source settings to store with the mark. It refuses, naming the setting,
+// configs that would break exactness.
 func DestinationConfigs(in map[string]*string) (out map[string]*string, source map[string]string, err error) {
 	out = map[string]*string{}
 	source = map[string]string{}
@@ -82,48 +135,19 @@ func DestinationConfigs(in map[string]*string) (out map[string]*string, source m
 			out[k] = v
 		}
 	}
-	set := func(k, v string) { out[k] = &v }
-	// D must keep the producer's codec and timestamps, and accept old and future timestamps.
-	for k, want := range map[string]string{"compression.type": "producer", "message.timestamp.type": "CreateTime"} {
-		if v, ok := out[k]; ok && v != nil && *v != want {
-			return nil, nil, fmt.Errorf("%s must be %s on a mirror topic (D would rewrite the source's batches), not %s", k, want, *v)
-		}
-		set(k, want)
-	}
-	for _, k := range []string{"message.timestamp.before.max.ms", "message.timestamp.after.max.ms"} {
-		if v, ok := out[k]; ok && v != nil && *v != maxLong {
-			return nil, nil, fmt.Errorf("%s must not be limited on a mirror topic (source timestamps can be old or ahead), not %s", k, *v)
-		}
-		set(k, maxLong)
-	}
 	if tt, ok := source["message.timestamp.type"]; ok && tt != "CreateTime" && tt != "LogAppendTime" {
 		return nil, nil, fmt.Errorf("offsetgate.source.message.timestamp.type %q is not CreateTime or LogAppendTime", tt)
 	}
-	// Retention no shorter than the source's; cleanup policy as on the source.
-	for _, k := range []string{"retention.ms", "retention.bytes"} {
-		sv, ok := source[k]
-		if !ok {
+	m := &Mark{Topic: "the new mirror topic", Source: source}
+	for _, k := range Guarded {
+		v, given := out[k]
+		if !given {
+			p := pinned(k, source)
+			out[k] = &p
 			continue
 		}
-		if v, given := out[k]; given && v != nil && shorter(*v, sv) {
-			return nil, nil, fmt.Errorf("%s %s is shorter than the source's %s: the mirror would lose records the source still has", k, *v, sv)
-		}
-		if _, given := out[k]; !given {
-			set(k, sv)
-		}
-	}
-	if sv, ok := source["cleanup.policy"]; ok {
-		if v, given := out["cleanup.policy"]; given && v != nil && *v != sv {
-			return nil, nil, fmt.Errorf("cleanup.policy %s differs from the source's %s", *v, sv)
-		}
-		set("cleanup.policy", sv)
-	}
-	if sv, ok := source["max.message.bytes"]; ok {
-		if v, given := out["max.message.bytes"]; given && v != nil && smaller(*v, sv) {
-			return nil, nil, fmt.Errorf("max.message.bytes %s is smaller than the source's %s: source batches would not fit", *v, sv)
-		}
-		if _, given := out["max.message.bytes"]; !given {
-			set("max.message.bytes", sv)
+		if err := ConfigChange(k, v, m); err != nil {
+			return nil, nil, err
 		}
 	}
 	return out, source, nil
@@ -148,37 +172,59 @@ func smaller(v, than string) bool {
 	return err1 != nil || err2 != nil || a < b
 }
 
-// ConfigChange judges a config change (set or delete) on a mirror topic. It returns an error
-// naming the setting when the change would break exactness.
+// ConfigChange judges a config change (set, or nil: deleted, back to the broker's default)
+// of a guarded setting on a mirror topic. It returns an error naming the setting when the change
+// would break exactness. Settings that are not guarded pass.
 func ConfigChange(key string, value *string, m *Mark) error {
+	guarded := false
+	for _, g := range Guarded {
+		guarded = guarded || g == key
+	}
+	if !guarded {
+		return nil
+	}
+	if value == nil {
+		return fmt.Errorf("%s cannot be removed from mirror topic %s: the broker's default would apply, and exactness depends on it", key, m.Topic)
+	}
+	v := *value
+	floor := func(k string) string {
+		if sv, ok := m.Source[k]; ok {
+			return sv
+		}
+		return pinned(k, nil)
+	}
 	switch key {
 	case "compression.type":
-		if value == nil || *value != "producer" {
-			return fmt.Errorf("compression.type must stay producer on mirror topic %s", m.Topic)
+		if v != "producer" {
+			return fmt.Errorf("compression.type must stay producer on mirror topic %s (D would rewrite the source's batches), not %s", m.Topic, v)
 		}
 	case "message.timestamp.type":
-		if value == nil || *value != "CreateTime" {
-			return fmt.Errorf("message.timestamp.type must stay CreateTime on mirror topic %s", m.Topic)
+		if v != "CreateTime" {
+			return fmt.Errorf("message.timestamp.type must stay CreateTime on mirror topic %s (D would rewrite the source's timestamps), not %s", m.Topic, v)
 		}
 	case "message.timestamp.before.max.ms", "message.timestamp.after.max.ms":
-		if value == nil || *value != maxLong {
-			return fmt.Errorf("%s must stay unlimited on mirror topic %s", key, m.Topic)
+		if v != maxLong {
+			return fmt.Errorf("%s must stay unlimited on mirror topic %s (source timestamps can be old or ahead), not %s", key, m.Topic, v)
 		}
 	case "retention.ms", "retention.bytes":
-		sv, ok := m.Source[key]
-		if !ok {
-			sv = "-1"
-		}
-		if value == nil || shorter(*value, sv) {
-			return fmt.Errorf("%s on mirror topic %s must not be shorter than the source's %s", key, m.Topic, sv)
+		if sv := floor(key); shorter(v, sv) {
+			return fmt.Errorf("%s %s on mirror topic %s is shorter than the source's %s: the mirror would lose records the source still has", key, v, m.Topic, sv)
 		}
 	case "cleanup.policy":
-		if sv, ok := m.Source[key]; ok && (value == nil || *value != sv) {
-			return fmt.Errorf("cleanup.policy on mirror topic %s must stay the source's %s", m.Topic, sv)
+		if sv := floor(key); v != sv {
+			return fmt.Errorf("cleanup.policy on mirror topic %s must stay the source's %s, not %s", m.Topic, sv, v)
 		}
 	case "max.message.bytes":
-		if sv, ok := m.Source[key]; ok && (value == nil || smaller(*value, sv)) {
-			return fmt.Errorf("max.message.bytes on mirror topic %s must not be smaller than the source's %s", m.Topic, sv)
+		if sv := floor(key); smaller(v, sv) {
+			return fmt.Errorf("max.message.bytes %s on mirror topic %s is smaller than the source's %s: source batches would not fit", v, m.Topic, sv)
+		}
+	case "segment.bytes":
+		if sv := floor("max.message.bytes"); smaller(v, sv) {
+			return fmt.Errorf("segment.bytes %s on mirror topic %s is smaller than the largest batch it must take (%s)", v, m.Topic, sv)
+		}
+	case "unclean.leader.election.enable":
+		if v != "false" {
+			return fmt.Errorf("unclean.leader.election.enable must stay false on mirror topic %s: an unclean election loses records and reuses their offsets", m.Topic)
 		}
 	}
 	return nil

@@ -61,7 +61,7 @@ func TestPolicyValidation(t *testing.T) {
 func TestDestinationConfigs(t *testing.T) {
 	s := func(v string) *string { return &v }
 	out, src, err := DestinationConfigs(map[string]*string{MarkKey: s("true"), SourcePrefix + "retention.ms": s("86400000"),
-		SourcePrefix + "cleanup.policy": s("delete"), "segment.bytes": s("1048576")})
+		SourcePrefix + "cleanup.policy": s("delete"), "segment.bytes": s("2097152")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestDestinationConfigs(t *testing.T) {
 			t.Fatalf("offsetgate key %s would reach the broker", k)
 		}
 	}
-	if *out["compression.type"] != "producer" || *out["retention.ms"] != "86400000" || *out["segment.bytes"] != "1048576" ||
+	if *out["compression.type"] != "producer" || *out["retention.ms"] != "86400000" || *out["segment.bytes"] != "2097152" ||
 		*out["message.timestamp.after.max.ms"] != maxLong || src["retention.ms"] != "86400000" {
 		t.Fatalf("destination configs %v, source %v", out, src)
 	}
@@ -81,6 +81,9 @@ func TestDestinationConfigs(t *testing.T) {
 		"smaller messages": {SourcePrefix + "max.message.bytes": s("2000000"), "max.message.bytes": s("1000")},
 		"unknown source":   {SourcePrefix + "segment.ms": s("1")},
 		"timestamp window": {"message.timestamp.before.max.ms": s("3600000")},
+		"unclean":          {"unclean.leader.election.enable": s("true")},
+		"small segments":   {"segment.bytes": s("1000")},
+		"other cleanup":    {SourcePrefix + "cleanup.policy": s("delete"), "cleanup.policy": s("compact")},
 	} {
 		in[MarkKey] = s("true")
 		if _, _, err := DestinationConfigs(in); err == nil {

@@ -98,45 +98,35 @@ func produceRequest(s *Session, r *request) error {
 	}
 	req := kmsg.ProduceRequest{Version: r.h.version}
 	if err := req.UnsafeReadFrom(r.body); err != nil {
-		return nil // malformed: the broker answers it
+		return r.undecodable(err)
 	}
 	byID := r.h.version >= 13
 	var unknown []string
 	topics := make([]catalog.Topic, len(req.Topics))
+	found := make([]bool, len(req.Topics))
 	for i, t := range req.Topics {
 		var info catalog.Topic
 		var ok bool
 		if byID {
 			info, ok = s.cfg.Catalog.ByID(t.TopicID)
+			ok = ok || s.idKnown(t.TopicID)
 		} else {
 			info, ok = s.cfg.Catalog.ByName(t.Topic)
 		}
-		topics[i] = info
-		if !ok && !byID {
+		topics[i], found[i] = info, ok
+		if !ok {
 			// The name points into the read buffer, which the transport reuses while the
 			// lookup below runs on another goroutine.
 			unknown = append(unknown, strings.Clone(t.Topic))
 		}
-		if !ok && byID {
-			unknown = append(unknown, "")
-		}
 	}
 	if len(unknown) > 0 && !r.resolved {
-		// Judge nothing on a guess: learn the ids first (an empty name list reads all topics).
+		// Judge nothing on a guess: learn the ids first (ids need every topic read).
 		names := unknown
 		if byID {
 			names = nil
 		}
-		r.async = func(ctx context.Context) func(*Session, *request) {
-			err := s.cfg.Catalog.Refresh(ctx, names)
-			return func(s *Session, r *request) {
-				if err != nil {
-					s.log.Warn("topic lookup failed; judging with what is known")
-				}
-				r.resolved = true
-				_ = produceRequest(s, r)
-			}
-		}
+		s.lookup(r, names, produceRequest)
 		return nil
 	}
 
@@ -170,6 +160,10 @@ func produceRequest(s *Session, r *request) error {
 			}
 		}
 		switch {
+		case !found[i] && byID:
+			refuse(rules.ErrUnknownTopicID, "offsetgate: the destination does not show this topic id; nothing was written")
+		case !found[i]:
+			refuse(rules.ErrUnknownTopic, fmt.Sprintf("offsetgate: the destination does not show topic %s; nothing was written", name))
 		case rules.IsOwnTopic(name):
 			refuse(rules.ErrTopicAuthorization, fmt.Sprintf("offsetgate: %s is offsetgate's own topic; clients may not write to it", name))
 		case info.Mark != nil:
@@ -285,8 +279,14 @@ func promotedOffsets(s *Session, resp *kmsg.ProduceResponse) {
 		}
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
+			if p.ErrorCode != 0 {
+				continue
+			}
 			pv := s.partView(*info, p.Partition)
-			if pv == nil || p.ErrorCode != 0 {
+			if pv == nil {
+				// Written, but its source offset is not known here: say so rather than give
+				// the destination's offset as the source's.
+				p.BaseOffset, p.LogStartOffset = -1, -1
 				continue
 			}
 			p.BaseOffset = pv.ToSource(p.BaseOffset)
@@ -301,7 +301,7 @@ func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []ref
 	// The request was decoded without copying; keep what the asynchronous step needs.
 	req = cloneProduce(req)
 	m := s.cfg.Mirror
-	r.async = func(ctx context.Context) func(*Session, *request) {
+	r.async = func(ctx context.Context) func(*Session, *request) error {
 		results := make([]refusal, len(writes))
 		var wg sync.WaitGroup
 		for i, w := range writes {
@@ -313,8 +313,9 @@ func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []ref
 			}()
 		}
 		wg.Wait()
-		return func(s *Session, r *request) {
+		return func(s *Session, r *request) error {
 			finishRefused(s, r, req, append(refused, results...))
+			return nil
 		}
 	}
 }

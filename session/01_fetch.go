@@ -25,6 +25,7 @@ import (
 
 	"offsetgate/batch"
 	"offsetgate/catalog"
+	"offsetgate/rules"
 	"offsetgate/view"
 )
 
@@ -91,24 +92,53 @@ func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) 
 }
 
 func fetchRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() {
+	if s.cfg.Catalog == nil {
 		return nil
 	}
 	req := kmsg.FetchRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil // the broker judges a request offsetgate cannot read
+		return r.undecodable(err)
 	}
+	// Every topic a fetch names must be known (its mark read up to date) before the request is
+	// forwarded, mirror topics or not yet: a mirror topic created through another instance a
+	// moment ago must not be served with the destination's offsets.
 	byID := r.h.version >= 13
-	var parts []mirrorPart
 	var names []string
+	var ids []catalog.TopicID
 	for _, t := range req.Topics {
-		if !byID {
+		if byID {
+			ids = append(ids, t.TopicID)
+		} else {
 			names = append(names, t.Topic)
 		}
 	}
-	if !byID && !s.known(r, names, fetchRequest) {
+	if !s.knownIDs(r, ids, fetchRequest) || !s.known(r, names, fetchRequest) {
 		return nil
 	}
+	var unknown []refusal
+	if byID {
+		keep := req.Topics[:0]
+		for _, t := range req.Topics {
+			if s.idKnown(t.TopicID) {
+				keep = append(keep, t)
+				continue
+			}
+			for _, p := range t.Partitions {
+				unknown = append(unknown, refusal{topicID: t.TopicID, partition: p.Partition, code: rules.ErrUnknownTopicID})
+			}
+		}
+		req.Topics = keep
+	}
+	if len(unknown) > 0 {
+		// Ids the destination does not show offsetgate are answered UNKNOWN_TOPIC_ID (clients
+		// then refresh their metadata) instead of being forwarded unjudged.
+		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
+			return spliceFetchErrors(s, version, body, unknown)
+		}
+	} else if !s.mirrorsOn() {
+		return nil
+	}
+	var parts []mirrorPart
 	infos := make([]*catalog.Topic, len(req.Topics)) // each topic's, resolved once
 	for i := range req.Topics {
 		t := &req.Topics[i]
@@ -128,6 +158,9 @@ func fetchRequest(s *Session, r *request) error {
 	// request leaves it out (an incremental session keeps fetching it at the same offset).
 	parts = append(parts, s.staleFetch...)
 	if len(parts) == 0 {
+		if len(unknown) > 0 {
+			r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+		}
 		return nil
 	}
 	if !s.viewed(r, parts, nil, fetchRequest) {
@@ -154,6 +187,45 @@ func fetchRequest(s *Session, r *request) error {
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 	return nil
+}
+
+// spliceFetchErrors rewrites a Fetch answer as usual and adds partitions offsetgate answers
+// itself with an error.
+func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal) ([]byte, bool, error) {
+	nb, changed, err := rewriteFetch(s, version, body)
+	if err != nil {
+		return nil, false, err
+	}
+	if changed {
+		body = nb[s.headroom:]
+		if !s.outUsed {
+			body = nb
+		}
+	}
+	resp := kmsg.FetchResponse{Version: version}
+	if err := resp.ReadFrom(body); err != nil {
+		return nil, false, err
+	}
+	s.outUsed = false
+	for _, e := range errs {
+		var t *kmsg.FetchResponseTopic
+		for i := range resp.Topics {
+			if resp.Topics[i].TopicID == e.topicID {
+				t = &resp.Topics[i]
+			}
+		}
+		if t == nil {
+			nt := kmsg.NewFetchResponseTopic()
+			nt.TopicID = e.topicID
+			resp.Topics = append(resp.Topics, nt)
+			t = &resp.Topics[len(resp.Topics)-1]
+		}
+		p := kmsg.NewFetchResponseTopicPartition()
+		p.Partition, p.ErrorCode = e.partition, e.code
+		p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
+		t.Partitions = append(t.Partitions, p)
+	}
+	return resp.AppendTo(nil), true, nil
 }
 
 // restorePartition turns one partition of D's fetch answer into the source's.
@@ -198,6 +270,14 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			pv.Stale()
 			fresh = false
 			break
+		}
+		if (h.Attributes&batch.AttrControl != 0) != (!e.Filler && e.Attrs&batch.AttrControl != 0) {
+			// D holds a control batch where the ledger recorded data, or the other way round:
+			// something wrote to the mirror partition behind offsetgate. Restoring would turn
+			// one into the other (a record that never existed, or a lost one): serve nothing
+			// of this partition and say the storage is bad.
+			p.RecordBatches, p.ErrorCode = nil, 56 // KAFKA_STORAGE_ERROR
+			return true
 		}
 		off += h.Size()
 		if e.Filler {

@@ -20,12 +20,12 @@ import (
 var listOffsetsHandler = handler{request: listOffsetsRequest}
 
 func listOffsetsRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() {
+	if s.cfg.Catalog == nil {
 		return nil
 	}
 	req := kmsg.ListOffsetsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
@@ -34,8 +34,8 @@ func listOffsetsRequest(s *Session, r *request) error {
 			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	if !s.viewsReady(r, listOffsetsRequest, topics, nil) {
-		return nil
+	if ok, err := s.viewsReady(r, listOffsetsRequest, topics, nil); !ok {
+		return err
 	}
 	type asked struct {
 		pv        *view.Partition

@@ -28,7 +28,7 @@ func metadataRequest(s *Session, r *request) error {
 	}
 	req := kmsg.MetadataRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	if req.Topics == nil || (r.h.version == 0 && len(req.Topics) == 0) {
 		// Every topic: every mirror topic's view is needed for the answer. offsetgate loads

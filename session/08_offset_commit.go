@@ -7,12 +7,12 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 var offsetCommitHandler = handler{request: offsetCommitRequest}
 
 func offsetCommitRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() {
+	if s.cfg.Catalog == nil {
 		return nil
 	}
 	req := kmsg.OffsetCommitRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
@@ -21,8 +21,8 @@ func offsetCommitRequest(s *Session, r *request) error {
 			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	if !s.viewsReady(r, offsetCommitRequest, topics, nil) {
-		return nil
+	if ok, err := s.viewsReady(r, offsetCommitRequest, topics, nil); !ok {
+		return err
 	}
 	for i := range req.Topics {
 		t := &req.Topics[i]

@@ -5,6 +5,8 @@ package session
 // the v8+ group batching pass unchanged.
 
 import (
+	"fmt"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
@@ -13,12 +15,12 @@ import (
 var offsetFetchHandler = handler{request: offsetFetchRequest}
 
 func offsetFetchRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() {
+	if s.cfg.Catalog == nil {
 		return nil
 	}
 	req := kmsg.OffsetFetchRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	all := false
 	var names []string
@@ -40,7 +42,15 @@ func offsetFetchRequest(s *Session, r *request) error {
 			}
 		}
 	}
-	if !s.known(r, names, offsetFetchRequest) {
+	if !s.knownIDs(r, ids, offsetFetchRequest) || !s.known(r, names, offsetFetchRequest) {
+		return nil
+	}
+	for _, id := range ids {
+		if !s.idKnown(id) {
+			return fmt.Errorf("%w: OffsetFetch names topic id %s, which the destination does not show offsetgate", ErrUnjudged, catalog.IDString(id))
+		}
+	}
+	if !s.mirrorsOn() {
 		return nil
 	}
 	var topics []catalog.Topic
@@ -77,9 +87,15 @@ func offsetFetchRequest(s *Session, r *request) error {
 				}
 				for j := range t.Partitions {
 					p := &t.Partitions[j]
-					if pv := s.partView(*info, p.Partition); pv != nil && p.ErrorCode == 0 {
-						p.Offset, p.LeaderEpoch = committedToSource(pv, p.Offset)
+					if p.ErrorCode != 0 {
+						continue
 					}
+					pv := s.partView(*info, p.Partition)
+					if pv == nil {
+						// Never hand out a destination offset as the source's.
+						return nil, false, errViewUnavailable(info.Name, p.Partition)
+					}
+					p.Offset, p.LeaderEpoch = committedToSource(pv, p.Offset)
 				}
 			}
 		}
@@ -92,9 +108,15 @@ func offsetFetchRequest(s *Session, r *request) error {
 				}
 				for j := range t.Partitions {
 					p := &t.Partitions[j]
-					if pv := s.partView(*info, p.Partition); pv != nil && p.ErrorCode == 0 {
-						p.Offset, p.LeaderEpoch = committedToSource(pv, p.Offset)
+					if p.ErrorCode != 0 {
+						continue
 					}
+					pv := s.partView(*info, p.Partition)
+					if pv == nil {
+						// Never hand out a destination offset as the source's.
+						return nil, false, errViewUnavailable(info.Name, p.Partition)
+					}
+					p.Offset, p.LeaderEpoch = committedToSource(pv, p.Offset)
 				}
 			}
 		}

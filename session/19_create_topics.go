@@ -37,7 +37,7 @@ func createTopicsRequest(s *Session, r *request) error {
 	}
 	req := kmsg.CreateTopicsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	var refused []topicRefusal
 	mirrors := map[string]map[string]string{} // topic -> source settings
@@ -115,11 +115,12 @@ func createTopicsRequest(s *Session, r *request) error {
 	}
 	who := s.ident.String()
 	cat := s.cfg.Catalog
-	r.async = func(ctx context.Context) func(*Session, *request) {
+	r.async = func(ctx context.Context) func(*Session, *request) error {
 		resp := createMirrorTopics(ctx, cat, &req, mirrors, who)
-		return func(s *Session, r *request) {
+		return func(s *Session, r *request) error {
 			resp.Version = version
 			r.answer = createTopicsAnswer(corr, version, resp, refused)
+			return nil
 		}
 	}
 	return nil
@@ -176,7 +177,6 @@ func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopics
 		if id == (catalog.TopicID{}) {
 			err = fmt.Errorf("its topic id is not known")
 		} else {
-			cat.Observe(t.Topic, id)
 			err = cat.Store(ctx, id, rules.Mark{Topic: t.Topic, Source: mirrors[t.Topic], MarkedAt: time.Now().UTC(), MarkedBy: who})
 		}
 		if err != nil {

@@ -2,13 +2,20 @@ package session
 
 // DeleteTopics (key 20).
 //
-// offsetgate's own topics hold its durable state; clients may not delete them
-// (TOPIC_AUTHORIZATION_FAILED). Everything else passes through. v6+ may name topics by id;
-// those are looked up by id.
+// offsetgate's own topics hold its durable state: clients may not delete them
+// (TOPIC_AUTHORIZATION_FAILED). A mirror topic may be deleted only by an approved mirroring
+// client of that topic (the operator starting a mirror over); anyone else gets
+// TOPIC_AUTHORIZATION_FAILED. Everything else passes through. v6+ may name topics by id: an id
+// offsetgate does not know is looked up first, and one the destination still does not show
+// offsetgate is refused (UNKNOWN_TOPIC_ID) rather than forwarded unjudged. A request with any
+// refused topic is refused whole: a partial delete would surprise, and nothing is deleted.
 
 import (
+	"fmt"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/catalog"
 	"offsetgate/rules"
 )
 
@@ -20,40 +27,74 @@ func deleteTopicsRequest(s *Session, r *request) error {
 	}
 	req := kmsg.DeleteTopicsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
+		return r.undecodable(err)
+	}
+	names := append([]string(nil), req.TopicNames...)
+	var ids []catalog.TopicID
+	for _, t := range req.Topics {
+		if t.Topic != nil {
+			names = append(names, *t.Topic)
+		} else {
+			ids = append(ids, t.TopicID)
+		}
+	}
+	if !s.knownIDs(r, ids, deleteTopicsRequest) || !s.known(r, names, deleteTopicsRequest) {
 		return nil
 	}
-	own := func(name *string, id [16]byte) bool {
+	// judge returns why a topic may not be deleted, or "".
+	judge := func(name *string, id catalog.TopicID) (int16, string) {
+		var info catalog.Topic
 		if name != nil {
-			return rules.IsOwnTopic(*name)
+			info, _ = s.cfg.Catalog.ByName(*name)
+		} else {
+			if !s.idKnown(id) {
+				return rules.ErrUnknownTopicID, "offsetgate: the destination does not show this topic id"
+			}
+			info, _ = s.cfg.Catalog.ByID(id)
 		}
-		t, ok := s.cfg.Catalog.ByID(id)
-		return ok && rules.IsOwnTopic(t.Name)
+		switch {
+		case rules.IsOwnTopic(info.Name):
+			return rules.ErrTopicAuthorization, fmt.Sprintf("offsetgate: %s is offsetgate's own topic (%s*); clients may not delete it", info.Name, rules.OwnTopicPrefix)
+		case info.Mark != nil:
+			if _, ok := s.cfg.Policy().Approved(s.ident, info.Name); !ok {
+				return rules.ErrTopicAuthorization, fmt.Sprintf("offsetgate: %s is a mirror topic; only an approved mirroring client of it may delete it (this connection is %s)", info.Name, s.ident)
+			}
+		}
+		return 0, ""
 	}
-	found := false
-	for _, n := range req.TopicNames {
-		found = found || rules.IsOwnTopic(n)
+	type verdict struct {
+		name *string
+		id   catalog.TopicID
+		code int16
+		msg  string
+	}
+	var all []verdict
+	refused := false
+	for i := range req.TopicNames {
+		code, msg := judge(&req.TopicNames[i], catalog.TopicID{})
+		all = append(all, verdict{&req.TopicNames[i], catalog.TopicID{}, code, msg})
+		refused = refused || code != 0
 	}
 	for _, t := range req.Topics {
-		found = found || own(t.Topic, t.TopicID)
+		code, msg := judge(t.Topic, t.TopicID)
+		all = append(all, verdict{t.Topic, t.TopicID, code, msg})
+		refused = refused || code != 0
 	}
-	if !found {
+	if !refused {
 		return nil
 	}
-	// Refuse the whole request: it is rare, and a partial delete would surprise.
 	resp := kmsg.DeleteTopicsResponse{Version: r.h.version}
-	msg := "offsetgate: the request names offsetgate's own topics (" + rules.OwnTopicPrefix + "*), which clients may not delete; nothing was deleted"
-	add := func(name *string, id [16]byte) {
+	for _, v := range all {
 		t := kmsg.NewDeleteTopicsResponseTopic()
-		m := msg
-		t.Topic, t.TopicID, t.ErrorCode, t.ErrorMessage = name, id, rules.ErrTopicAuthorization, &m
+		code, msg := v.code, v.msg
+		if code == 0 {
+			code, msg = rules.ErrPolicyViolation, "offsetgate: not deleted: another topic of the request was refused, and a request is deleted whole or not at all"
+		} else {
+			msg += "; nothing was deleted"
+		}
+		t.Topic, t.TopicID, t.ErrorCode, t.ErrorMessage = v.name, v.id, code, &msg
 		resp.Topics = append(resp.Topics, t)
 	}
-	for i := range req.TopicNames {
-		add(&req.TopicNames[i], [16]byte{})
-	}
-	for _, t := range req.Topics {
-		add(t.Topic, t.TopicID)
-	}
-	r.answer = responseFrame(r.h.corr, flexibleRequest(20, r.h.version), resp.AppendTo(nil))
+	r.answerWith(&resp)
 	return nil
 }

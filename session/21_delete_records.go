@@ -28,7 +28,7 @@ func deleteRecordsRequest(s *Session, r *request) error {
 	}
 	req := kmsg.DeleteRecordsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	var names []string
 	for _, t := range req.Topics {

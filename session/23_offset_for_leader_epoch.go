@@ -18,12 +18,12 @@ import (
 var offsetForLeaderEpochHandler = handler{request: offsetForLeaderEpochRequest}
 
 func offsetForLeaderEpochRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() {
+	if s.cfg.Catalog == nil {
 		return nil
 	}
 	req := kmsg.OffsetForLeaderEpochRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
@@ -41,8 +41,8 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 			pv.Stale()
 		}
 	}
-	if !s.viewsReady(r, offsetForLeaderEpochRequest, topics, markStale) {
-		return nil
+	if ok, err := s.viewsReady(r, offsetForLeaderEpochRequest, topics, markStale); !ok {
+		return err
 	}
 	type asked struct {
 		pv       *view.Partition

@@ -8,12 +8,12 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 var txnOffsetCommitHandler = handler{request: txnOffsetCommitRequest}
 
 func txnOffsetCommitRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() {
+	if s.cfg.Catalog == nil {
 		return nil
 	}
 	req := kmsg.TxnOffsetCommitRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
@@ -22,8 +22,8 @@ func txnOffsetCommitRequest(s *Session, r *request) error {
 			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	if !s.viewsReady(r, txnOffsetCommitRequest, topics, nil) {
-		return nil
+	if ok, err := s.viewsReady(r, txnOffsetCommitRequest, topics, nil); !ok {
+		return err
 	}
 	for i := range req.Topics {
 		t := &req.Topics[i]

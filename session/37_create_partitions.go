@@ -20,7 +20,7 @@ func createPartitionsRequest(s *Session, r *request) error {
 	}
 	req := kmsg.CreatePartitionsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	var names []string
 	for _, t := range req.Topics {

@@ -7,10 +7,11 @@ package session
 //   - removing it (DELETE, or setting it to false) promotes a mirror topic: only an approved
 //     mirroring client for the topic may, and the removal is stored before anything else
 //     happens; the topic then takes ordinary writes;
-//   - on a mirror topic, changes that would break exactness (codec, timestamp type and
-//     window, retention shorter than the source's, cleanup policy, max message size) are
-//     refused with INVALID_CONFIG naming the setting; AlterConfigs replaces every setting, so
-//     on a mirror topic it must carry the exactness settings explicitly;
+//   - on a mirror topic, changes that would break exactness (rules.Guarded: codec, timestamp
+//     type and window, retention shorter than the source's, cleanup policy, max message size,
+//     segment size, unclean elections), and removing any of them (the broker's default would
+//     apply), are refused with INVALID_CONFIG naming the setting; AlterConfigs replaces every
+//     setting, so the config it results in is judged: every guarded setting must be in it;
 //   - offsetgate's own topics are not changed by clients.
 // offsetgate keys never reach the broker.
 
@@ -80,9 +81,11 @@ func (s *Session) judgeConfig(name string, settings map[string]*string, full boo
 		}
 	}
 	if full {
-		for _, k := range []string{"compression.type", "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms"} {
+		// AlterConfigs replaces the whole config: a guarded setting it leaves out goes back to
+		// the broker's default. The resulting config is what is judged.
+		for _, k := range rules.Guarded {
 			if _, ok := settings[k]; !ok {
-				return refuse(rules.ErrInvalidConfig, "AlterConfigs replaces every setting of mirror topic %s and would reset %s: include it, or use IncrementalAlterConfigs", name, k)
+				return refuse(rules.ErrInvalidConfig, "AlterConfigs replaces every setting of mirror topic %s and would reset %s to the broker's default: include it, or use IncrementalAlterConfigs", name, k)
 			}
 		}
 	}
@@ -95,7 +98,7 @@ func incrementalAlterConfigsRequest(s *Session, r *request) error {
 	}
 	req := kmsg.IncrementalAlterConfigsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	var names []string
 	for _, res := range req.Resources {
@@ -188,14 +191,14 @@ func (s *Session) promote(r *request, names []string, finish func(*Session, *req
 			ts = append(ts, *t)
 		}
 	}
-	r.async = func(ctx context.Context) func(*Session, *request) {
+	r.async = func(ctx context.Context) func(*Session, *request) error {
 		var results []done
 		for _, t := range ts {
 			m := *t.Mark
 			m.Removed, m.MarkedAt, m.MarkedBy = true, time.Now().UTC(), who
 			results = append(results, done{t.Name, cat.Store(ctx, t.ID, m)})
 		}
-		return func(s *Session, r *request) {
+		return func(s *Session, r *request) error {
 			var out []configRefusal
 			for _, d := range results {
 				if d.err != nil {
@@ -206,6 +209,7 @@ func (s *Session) promote(r *request, names []string, finish func(*Session, *req
 				out = append(out, configRefusal{kmsg.ConfigResourceTypeTopic, d.name, 0, ""})
 			}
 			finish(s, r, out)
+			return nil
 		}
 	}
 }
@@ -240,7 +244,7 @@ func alterConfigsRequest(s *Session, r *request) error {
 	}
 	req := kmsg.AlterConfigsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	var names []string
 	for _, res := range req.Resources {

@@ -20,7 +20,7 @@ func describeTopicPartitionsRequest(s *Session, r *request) error {
 	}
 	req := kmsg.DescribeTopicPartitionsRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
-		return nil
+		return r.undecodable(err)
 	}
 	var topics []catalog.Topic
 	if len(req.Topics) == 0 {
@@ -60,7 +60,10 @@ func describeTopicPartitionsRequest(s *Session, r *request) error {
 			}
 			for j := range t.Partitions {
 				p := &t.Partitions[j]
-				if pv := s.partView(*info, p.Partition); pv != nil && p.LeaderEpoch >= 0 {
+				switch pv := s.partView(*info, p.Partition); {
+				case pv == nil:
+					p.LeaderEpoch = -1 // unknown, never a destination epoch in the presented space
+				case p.LeaderEpoch >= 0:
 					p.LeaderEpoch += pv.EpochBase()
 				}
 			}

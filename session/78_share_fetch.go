@@ -3,13 +3,16 @@ package session
 // ShareFetch (key 78).
 //
 // Share groups read a topic outside the fetch path that gives mirror topics their source
-// view, so share-group reads of a mirror topic are refused (POLICY_VIOLATION per partition,
-// with a message); other topics in the same request go through. Responses carry
+// view, so share-group reads of a mirror topic (or one promoted from it) are refused
+// (POLICY_VIOLATION per partition, with a message); other topics in the same request go
+// through. Topics are named by id: an id offsetgate does not know is looked up first, and one
+// still unknown is refused (UNKNOWN_TOPIC_ID) rather than forwarded unjudged. Responses carry
 // NodeEndpoints (the leaders of partitions that moved); they are rewritten to proxy addresses.
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/catalog"
 	"offsetgate/rules"
 )
 
@@ -21,19 +24,32 @@ func shareFetchRequest(s *Session, r *request) error {
 	}
 	req := kmsg.ShareFetchRequest{Version: r.h.version}
 	if err := req.ReadFrom(r.body); err != nil {
+		return r.undecodable(err)
+	}
+	ids := make([]catalog.TopicID, len(req.Topics))
+	for i, t := range req.Topics {
+		ids[i] = t.TopicID
+	}
+	if !s.knownIDs(r, ids, shareFetchRequest) {
 		return nil
 	}
 	var refused []refusal
 	keep := req.Topics[:0]
 	for _, t := range req.Topics {
-		info, ok := s.cfg.Catalog.ByID(t.TopicID)
-		if !ok || info.Mark == nil {
+		info, _ := s.cfg.Catalog.ByID(t.TopicID)
+		var code int16
+		var msg string
+		switch {
+		case !s.idKnown(t.TopicID):
+			code, msg = rules.ErrUnknownTopicID, "offsetgate: the destination does not show this topic id"
+		case info.Mark != nil || s.cfg.Catalog.Removed(t.TopicID):
+			code, msg = rules.ErrPolicyViolation, "offsetgate: "+info.Name+" is a mirror topic (or was promoted from one); share groups cannot read it (use a consumer group)"
+		default:
 			keep = append(keep, t)
 			continue
 		}
 		for _, p := range t.Partitions {
-			refused = append(refused, refusal{topicID: t.TopicID, partition: p.Partition, code: rules.ErrPolicyViolation,
-				msg: "offsetgate: " + info.Name + " is a mirror topic; share groups cannot read it (use a consumer group)"})
+			refused = append(refused, refusal{topicID: t.TopicID, partition: p.Partition, code: code, msg: msg})
 		}
 	}
 	if len(refused) == 0 {

@@ -18,6 +18,7 @@ func (nopConn) ClientPending() int   { return 0 }
 func (nopConn) Resume()              {}
 func (nopConn) WaitClientDrain()     {}
 func (nopConn) Post(fn func())       { fn() }
+func (nopConn) Close(error)          {}
 
 // fakeCatalog knows every topic and marks none.
 type fakeCatalog struct{}

@@ -51,6 +51,8 @@ func handlerFor(key int16) *handler {
 		return &deleteRecordsHandler
 	case 23:
 		return &offsetForLeaderEpochHandler
+	case 24:
+		return &addPartitionsToTxnHandler
 	case 28:
 		return &txnOffsetCommitHandler
 	case 32:
@@ -59,6 +61,8 @@ func handlerFor(key int16) *handler {
 		return &alterConfigsHandler
 	case 37:
 		return &createPartitionsHandler
+	case 43:
+		return &electLeadersHandler
 	case 44:
 		return &incrementalAlterConfigsHandler
 	case 36:

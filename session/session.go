@@ -43,6 +43,9 @@ type Conn interface {
 	// Post runs fn on the session's goroutine (under its lock), from any goroutine; after
 	// the connection closed it may drop fn.
 	Post(fn func())
+	// Close ends the connection, from a function run by Post (an asynchronous step found that
+	// its request cannot be judged); err says why, for the log and the metrics.
+	Close(err error)
 }
 
 // Addresses maps upstream brokers to the addresses clients must be told instead.
@@ -226,6 +229,22 @@ func (s *Session) Identity() rules.Identity { return s.ident }
 // ErrForbidden closes a connection that may not send what it sent.
 var ErrForbidden = errors.New("forbidden")
 
+// ErrUndecodable closes a connection that sent a request of an API offsetgate judges or
+// translates which it cannot decode. Forwarding it unjudged would let an encoding the broker
+// reads differently from kmsg (an overlong varint, say) write where offsetgate refuses; Kafka
+// itself closes the connection on a request it cannot parse.
+var ErrUndecodable = errors.New("undecodable request")
+
+// ErrUnjudged closes a connection whose request could not be judged because something it
+// needed was not available (a topic lookup or a source view failed): the client reconnects and
+// retries, and nothing is forwarded on a guess.
+var ErrUnjudged = errors.New("request could not be judged")
+
+// undecodable is the error of a request body kmsg could not read.
+func (r *request) undecodable(err error) error {
+	return fmt.Errorf("%w: %s v%d: %v", ErrUndecodable, kmsg.NameForKey(r.h.key), r.h.version, err)
+}
+
 // frameLen validates a frame's 4-byte size prefix.
 func (s *Session) frameLen(p []byte, from string) (int, error) {
 	size := int32(binary.BigEndian.Uint32(p))
@@ -309,9 +328,10 @@ type request struct {
 	drop    bool        // forward nothing and answer nothing (an acks=0 request refused whole)
 	onResp  rewriteFunc // response hook for this request, instead of the handler's
 	// async, when set, is blocking work (a metadata lookup, a durable write) that runs off
-	// the session's goroutine; the function it returns finishes the request on it. The
+	// the session's goroutine; the function it returns finishes the request on it, and an
+	// error it returns closes the connection (nothing of the request is forwarded). The
 	// session takes no further request from this client until then, so order is kept.
-	async func(ctx context.Context) func(s *Session, r *request)
+	async func(ctx context.Context) func(s *Session, r *request) error
 	// resolved is for handlers that went async once and must not again.
 	resolved bool
 	// viewed: the source views the request needs were loaded (or could not be).
@@ -409,7 +429,11 @@ func (s *Session) startAsync(sl slot, r *request) {
 			if s.closed {
 				return
 			}
-			fin(s, r)
+			if err := fin(s, r); err != nil {
+				s.closed = true
+				s.conn.Close(err)
+				return
+			}
 			if r.async != nil {
 				// Finishing asked for more blocking work: run it too.
 				s.startAsync(sl, r)

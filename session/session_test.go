@@ -14,6 +14,7 @@ type fakeConn struct {
 	client, upstream bytes.Buffer
 	pending          int
 	resumed, waited  int
+	closedWith       error
 }
 
 func (f *fakeConn) WriteClient(b []byte)   { f.client.Write(b) }
@@ -22,6 +23,7 @@ func (f *fakeConn) ClientPending() int     { return f.pending }
 func (f *fakeConn) Resume()                { f.resumed++ }
 func (f *fakeConn) WaitClientDrain()       { f.waited++ }
 func (f *fakeConn) Post(fn func())         { fn() }
+func (f *fakeConn) Close(err error)        { f.closedWith = err }
 
 // reqFrame encodes a whole request frame with kmsg's own request header writer.
 func reqFrame(r kmsg.Request, corr int32) []byte {

@@ -2,14 +2,18 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
 )
 
 // known reports whether every topic name's id is known. When one is not, it arranges an
 // asynchronous lookup on the destination after which handler runs again, and the caller must
-// return at once: rules are never applied to a guess.
+// return at once: rules are never applied to a guess. A lookup that fails refuses the request
+// (the connection is closed; the client retries).
 func (s *Session) known(r *request, names []string, handler func(*Session, *request) error) bool {
 	if r.resolved || s.cfg.Catalog == nil {
 		return true
@@ -23,18 +27,51 @@ func (s *Session) known(r *request, names []string, handler func(*Session, *requ
 	if len(unknown) == 0 {
 		return true
 	}
-	cat := s.cfg.Catalog
-	r.async = func(ctx context.Context) func(*Session, *request) {
-		err := cat.Refresh(ctx, unknown)
-		return func(s *Session, r *request) {
-			if err != nil {
-				s.log.Warn("topic lookup failed; judging with what is known")
-			}
-			r.resolved = true
-			_ = handler(s, r)
+	s.lookup(r, unknown, handler)
+	return false
+}
+
+// knownIDs is known for topic ids: an id with neither a name nor a mark here is looked up (all
+// topics are read: Metadata cannot be asked by id everywhere). After the lookup an id still
+// unknown is one the destination does not show offsetgate; the handler refuses it with
+// UNKNOWN_TOPIC_ID rather than forward what it cannot judge.
+func (s *Session) knownIDs(r *request, ids []catalog.TopicID, handler func(*Session, *request) error) bool {
+	if r.resolved || s.cfg.Catalog == nil {
+		return true
+	}
+	for _, id := range ids {
+		if !s.idKnown(id) {
+			s.lookup(r, nil, handler)
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// idKnown reports whether offsetgate can judge a topic named by id: its name is known, or it
+// has a mark (a mirror topic, or a promoted one) whose name is not known yet.
+func (s *Session) idKnown(id catalog.TopicID) bool {
+	if _, ok := s.cfg.Catalog.ByID(id); ok {
+		return true
+	}
+	t, _ := s.cfg.Catalog.ByID(id)
+	return t.Mark != nil || s.cfg.Catalog.Removed(id)
+}
+
+// lookup arranges a catalog refresh of names (all topics when nil), after which handler runs
+// again; a failed refresh refuses the request.
+func (s *Session) lookup(r *request, names []string, handler func(*Session, *request) error) {
+	cat := s.cfg.Catalog
+	r.async = func(ctx context.Context) func(*Session, *request) error {
+		err := cat.Refresh(ctx, names)
+		return func(s *Session, r *request) error {
+			if err != nil {
+				return fmt.Errorf("%w: %s: looking up its topics on the destination: %v", ErrUnjudged, kmsg.NameForKey(r.h.key), err)
+			}
+			r.resolved = true
+			return handler(s, r)
+		}
+	}
 }
 
 // mark returns a topic's mirror mark, or nil.

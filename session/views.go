@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"offsetgate/catalog"
@@ -52,7 +53,7 @@ func (s *Session) viewed(r *request, parts []mirrorPart, topics []catalog.Topic,
 	if len(needP) == 0 && len(needT) == 0 {
 		return true
 	}
-	r.async = func(ctx context.Context) func(*Session, *request) {
+	r.async = func(ctx context.Context) func(*Session, *request) error {
 		var failed error
 		for _, p := range needP {
 			if _, err := v.Load(ctx, p.t, p.partition); err != nil {
@@ -64,12 +65,12 @@ func (s *Session) viewed(r *request, parts []mirrorPart, topics []catalog.Topic,
 				failed = err
 			}
 		}
-		return func(s *Session, r *request) {
+		return func(s *Session, r *request) error {
 			if failed != nil {
 				s.log.Warn("source view unavailable", zap.Error(failed))
 			}
 			r.viewed = true
-			_ = handler(s, r)
+			return handler(s, r)
 		}
 	}
 	return false
@@ -95,19 +96,33 @@ func (s *Session) topicOf(name string, id catalog.TopicID) *catalog.Topic {
 }
 
 // viewsReady is the common start of handlers that translate named partitions: it makes sure
-// the names' topic ids are known, finds the partitions with a source view (each, when set, sees
+// every topic the request names is known (names and ids offsetgate has not confirmed are looked
+// up, the marks read up to date), finds the partitions with a source view (each, when set, sees
 // every one), and makes sure their views are loaded. When it reports false the handler returns
-// at once: either no partition has a view (the request passes unchanged) or a lookup or load
-// was arranged, after which handler runs again.
-func (s *Session) viewsReady(r *request, handler func(*Session, *request) error, topics []namedTopic, each func(mirrorPart)) bool {
+// at once with the error it gives: either no partition has a view (nil: the request passes
+// unchanged) or a lookup or load was arranged, after which handler runs again, or an id stayed
+// unknown after the lookup (the request is refused: it cannot be translated or judged).
+func (s *Session) viewsReady(r *request, handler func(*Session, *request) error, topics []namedTopic, each func(mirrorPart)) (bool, error) {
 	var names []string
+	var ids []catalog.TopicID
 	for _, t := range topics {
-		if t.name != "" {
+		switch {
+		case t.name != "":
 			names = append(names, t.name)
+		case t.id != (catalog.TopicID{}):
+			ids = append(ids, t.id)
 		}
 	}
-	if !s.known(r, names, handler) {
-		return false
+	if !s.knownIDs(r, ids, handler) || !s.known(r, names, handler) {
+		return false, nil
+	}
+	for _, id := range ids {
+		if !s.idKnown(id) {
+			return false, fmt.Errorf("%w: %s names topic id %s, which the destination does not show offsetgate", ErrUnjudged, kmsg.NameForKey(r.h.key), catalog.IDString(id))
+		}
+	}
+	if !s.mirrorsOn() {
+		return false, nil
 	}
 	var parts []mirrorPart
 	for _, t := range topics {
@@ -123,7 +138,7 @@ func (s *Session) viewsReady(r *request, handler func(*Session, *request) error,
 			parts = append(parts, mp)
 		}
 	}
-	return len(parts) > 0 && s.viewed(r, parts, nil, handler)
+	return len(parts) > 0 && s.viewed(r, parts, nil, handler), nil
 }
 
 // partView returns a loaded partition view, or nil.
@@ -165,8 +180,10 @@ func (s *Session) sourceTopicByID(id catalog.TopicID) *catalog.Topic {
 	if s.cfg.Catalog == nil {
 		return nil
 	}
-	t, ok := s.cfg.Catalog.ByID(id)
-	if !ok || (t.Mark == nil && !s.cfg.Catalog.Removed(t.ID)) {
+	// A marked id is a source-view topic even while its name is not known here: the view is
+	// kept by id.
+	t, _ := s.cfg.Catalog.ByID(id)
+	if t.Mark == nil && !s.cfg.Catalog.Removed(id) {
 		return nil
 	}
 	return &t
@@ -175,5 +192,5 @@ func (s *Session) sourceTopicByID(id catalog.TopicID) *catalog.Topic {
 // errViewUnavailable closes a connection whose request needs a source view that could not be
 // read: answering with the destination's offsets would be worse than a reconnect.
 func errViewUnavailable(topic string, partition int32) error {
-	return fmt.Errorf("source view of %s[%d] is unavailable (the ledger could not be read); closing so the client retries", topic, partition)
+	return fmt.Errorf("%w: the source view of %s[%d] is unavailable (the ledger could not be read); closing so the client retries", ErrUnjudged, topic, partition)
 }

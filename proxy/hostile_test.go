@@ -1,0 +1,363 @@
+package proxy_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+	"offsetgate/internal/testcerts"
+	"offsetgate/ledger"
+	"offsetgate/proxy"
+	"offsetgate/rules"
+)
+
+// instance is one offsetgate in front of the shared destination, as a client sees it.
+type instance struct {
+	name string
+	addr string
+}
+
+// hostile is two offsetgate instances in front of the same destination: A (where the mirror
+// topic is created and written) and B, started before the topic existed, which learns of it
+// only as a second instance does.
+type hostile struct {
+	*mirrorEnv
+	a, b  instance
+	topic string
+	id    catalog.TopicID
+}
+
+func newHostile(t *testing.T) *hostile {
+	prefix := "mirror-" + testNames(t)
+	e := newMirrorEnv(t, prefix)
+	second := startProxy(t, e.d, "goroutine", func(c *proxy.Config) {
+		listen := c.Listen
+		*c = e.cfg
+		c.Listen, c.Transport = listen, "goroutine"
+	})
+	h := &hostile{mirrorEnv: e, a: instance{"A", e.p.addr}, b: instance{"B (has not seen the topic)", second.addr}, topic: prefix + "-t"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.createMirror(ctx, e.mirror, h.topic, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	// One produce-at-offset write through A: the topic's ledger exists from then on.
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(11)
+	req.Acks, req.TimeoutMillis = -1, 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = h.topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = 0, oneBatch()
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := sendWithMagic(ctx, t, e.client(e.mirror), e.certs.ClientTLS(e.mirror), req)
+	if c := resp.Topics[0].Partitions[0].ErrorCode; c != 0 {
+		t.Fatalf("produce-at-offset by the approved client: code %d", c)
+	}
+	adm, err := e.d.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	md, err := adm.Metadata(ctx, h.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.id = md.Topics[h.topic].ID
+	return h
+}
+
+func testNames(t *testing.T) string {
+	return strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+}
+
+// dial opens a raw TLS connection, as the given identity, to the offsetgate broker listener
+// that stands for node (the instance's listen port + 1 + node id).
+func (h *hostile) dial(inst instance, kp *testcerts.KeyPair, node int32) *rawConn {
+	h.t.Helper()
+	host, port := splitHostPort(h.t, inst.addr)
+	addr := fmt.Sprintf("%s:%d", host, port+1+int(node))
+	c, err := tls.Dial("tcp", addr, h.certs.ClientTLS(kp))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return &rawConn{t: h.t, c: c}
+}
+
+func splitHostPort(t *testing.T, addr string) (string, int) {
+	for i := len(addr) - 1; i >= 0; i-- {
+		if addr[i] == ':' {
+			p, err := strconv.Atoi(addr[i+1:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return addr[:i], p
+		}
+	}
+	t.Fatalf("no port in %s", addr)
+	return "", 0
+}
+
+// leader is the destination node leading a partition.
+func (h *hostile) leader(ctx context.Context, topic string, p int32) int32 {
+	h.t.Helper()
+	l, _, err := h.d.Leader(ctx, topic, p)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return l
+}
+
+// overlong is a Produce v11 request frame whose transactional id length is the overlong
+// 5-byte unsigned varint 80 80 80 80 10: Kafka's ByteUtils.readUnsignedVarint reads it as 0
+// (a null id), kmsg refuses it.
+func overlong(topic string, p int32, records []byte, corr int32) []byte {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(11)
+	req.Acks, req.TimeoutMillis = -1, 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = p, records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	const clientID = "hostile"
+	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID(clientID)).AppendRequest(nil, req, corr)
+	bodyAt := 4 + 2 + 2 + 4 + 2 + len(clientID) + 1 // size, key, version, corr, client id, header tags
+	if frame[bodyAt] != 0 {
+		panic("the null transactional id is not where it was expected")
+	}
+	out := append(append(append([]byte{}, frame[:bodyAt]...), 0x80, 0x80, 0x80, 0x80, 0x10), frame[bodyAt+1:]...)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	return out
+}
+
+// recordBatch is one record (a tombstone when value is nil) in a batch a broker takes.
+func recordBatch(key, value []byte) []byte {
+	rec := kmsg.Record{Key: key, Value: value}
+	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+	now := time.Now().UnixMilli()
+	b := kmsg.RecordBatch{Magic: 2, FirstTimestamp: now, MaxTimestamp: now, ProducerID: -1, ProducerEpoch: -1,
+		FirstSequence: -1, NumRecords: 1, Records: rec.AppendTo(nil)}
+	raw := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[17:], crc32c(raw[21:]))
+	return raw
+}
+
+// closedOrRefused sends a crafted frame and reports whether offsetgate closed the connection
+// without answering.
+func closedWithoutAnswer(r *rawConn, frame []byte) bool {
+	if _, err := r.c.Write(frame); err != nil {
+		return true
+	}
+	_, err := r.readFrame()
+	return errors.Is(err, io.EOF) || err != nil && !isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (h *hostile) end(ctx context.Context, topic string, p int32) int64 {
+	return hwm(ctx, h.t, h.d, topic, p)
+}
+
+// Requests of judged apis that kmsg cannot decode are refused (the connection closed), even
+// where Kafka would read them: a Produce into a mirror partition, and a tombstone into
+// offsetgate's marks that would silently un-mark the topic. Through both instances.
+func TestUndecodableRequestsRefused(t *testing.T) {
+	h := newHostile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	marksEnd := h.end(ctx, catalog.MarksTopic, 0)
+	for _, inst := range []instance{h.b, h.a} {
+		r := h.dial(inst, h.other, h.leader(ctx, h.topic, 1))
+		if !closedWithoutAnswer(r, overlong(h.topic, 1, oneBatch(), 1)) {
+			t.Errorf("%s: an overlong-varint Produce into a mirror partition was answered", inst.name)
+		}
+		r = h.dial(inst, h.mirror, h.leader(ctx, catalog.MarksTopic, 0))
+		tomb := recordBatch([]byte(hex.EncodeToString(h.id[:])), nil)
+		if !closedWithoutAnswer(r, overlong(catalog.MarksTopic, 0, tomb, 1)) {
+			t.Errorf("%s: an overlong-varint tombstone into %s was answered", inst.name, catalog.MarksTopic)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // a write that got through would be visible by now
+	if n := h.end(ctx, h.topic, 1); n != 0 {
+		t.Fatalf("the mirror partition holds %d records written by an undecodable request", n)
+	}
+	if n := h.end(ctx, catalog.MarksTopic, 0); n != marksEnd {
+		t.Fatalf("the marks topic grew from %d to %d: a tombstone got through", marksEnd, n)
+	}
+	// The mark still holds: an unapproved client is still refused.
+	if err := produceErr(ctx, h.client(h.other, kgo.RecordRetries(1)), h.topic, 1); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("after the attack, an unapproved producer to the mirror topic: %v", err)
+	}
+}
+
+// Every api that can write, delete or alter a topic is judged, with ids looked up like names:
+// transaction markers, deletion by id, share-group reads by id, the whole-config AlterConfigs
+// and unclean elections. Through the instance that has not seen the topic, then the other.
+func TestWritingApisJudged(t *testing.T) {
+	h := newHostile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ledgerTopic := ledger.Topic(catalog.IDString(h.id))
+	adm, err := h.d.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	lmd, err := adm.Metadata(ctx, ledgerTopic)
+	if err != nil || lmd.Topics[ledgerTopic].Err != nil {
+		t.Fatalf("the ledger topic %s: %v %v", ledgerTopic, err, lmd.Topics[ledgerTopic].Err)
+	}
+	ledgerID := lmd.Topics[ledgerTopic].ID
+	retention := directConfigs(ctx, t, h.d, h.topic)["retention.ms"]
+
+	for _, inst := range []instance{h.b, h.a} {
+		// Deleting a ledger topic and the mirror topic by id (DeleteTopics v6).
+		r := h.dial(inst, h.other, h.leader(ctx, h.topic, 0))
+		del := kmsg.NewPtrDeleteTopicsRequest()
+		del.SetVersion(6)
+		del.TimeoutMillis = 10000
+		for _, id := range []catalog.TopicID{ledgerID, h.id} {
+			dt := kmsg.NewDeleteTopicsRequestTopic()
+			dt.TopicID = id
+			del.Topics = append(del.Topics, dt)
+		}
+		dresp := kmsg.NewPtrDeleteTopicsResponse()
+		r.roundTrip(del, dresp)
+		for _, dt := range dresp.Topics {
+			if dt.ErrorCode != rules.ErrTopicAuthorization {
+				t.Errorf("%s: DeleteTopics by id of %x: code %d, want TOPIC_AUTHORIZATION_FAILED", inst.name, dt.TopicID, dt.ErrorCode)
+			}
+		}
+		// A share-group read of the mirror topic by id.
+		sf := kmsg.NewPtrShareFetchRequest()
+		sf.GroupID, sf.MemberID = kmsg.StringPtr("hostile-share"), kmsg.StringPtr("m")
+		st := kmsg.NewShareFetchRequestTopic()
+		st.TopicID = h.id
+		sp := kmsg.NewShareFetchRequestTopicPartition()
+		sp.Partition = 0
+		st.Partitions = append(st.Partitions, sp)
+		sf.Topics = append(sf.Topics, st)
+		sresp := kmsg.NewPtrShareFetchResponse()
+		h.dial(inst, h.other, h.leader(ctx, h.topic, 0)).roundTrip(sf, sresp)
+		if len(sresp.Topics) != 1 || sresp.Topics[0].Partitions[0].ErrorCode != rules.ErrPolicyViolation {
+			t.Errorf("%s: ShareFetch of the mirror topic by id: %+v", inst.name, sresp.Topics)
+		}
+		// Transaction markers into the mirror topic and a ledger.
+		for _, target := range []struct {
+			topic string
+			p     int32
+		}{{h.topic, 1}, {ledgerTopic, 0}} {
+			if code := h.addToTxn(ctx, inst, target.topic, target.p); code != rules.ErrTopicAuthorization {
+				t.Errorf("%s: AddPartitionsToTxn of %s[%d]: code %d, want TOPIC_AUTHORIZATION_FAILED", inst.name, target.topic, target.p, code)
+			}
+		}
+		// The legacy AlterConfigs with the four settings it used to check: the rest (retention
+		// among them) would go back to the broker's defaults.
+		ac := kmsg.NewPtrAlterConfigsRequest()
+		res := kmsg.NewAlterConfigsRequestResource()
+		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, h.topic
+		for k, v := range map[string]string{"compression.type": "producer", "message.timestamp.type": "CreateTime",
+			"message.timestamp.before.max.ms": "9223372036854775807", "message.timestamp.after.max.ms": "9223372036854775807"} {
+			c := kmsg.NewAlterConfigsRequestResourceConfig()
+			c.Name, c.Value = k, kmsg.StringPtr(v)
+			res.Configs = append(res.Configs, c)
+		}
+		ac.Resources = append(ac.Resources, res)
+		aresp := kmsg.NewPtrAlterConfigsResponse()
+		h.dial(inst, h.mirror, h.leader(ctx, h.topic, 0)).roundTrip(ac, aresp)
+		if len(aresp.Resources) != 1 || aresp.Resources[0].ErrorCode != rules.ErrInvalidConfig {
+			t.Errorf("%s: AlterConfigs resetting retention of a mirror topic: %+v", inst.name, aresp.Resources)
+		}
+		// An unclean election of a mirror partition.
+		el := kmsg.NewPtrElectLeadersRequest()
+		el.SetVersion(2)
+		el.ElectionType = 1
+		et := kmsg.NewElectLeadersRequestTopic()
+		et.Topic, et.Partitions = h.topic, []int32{0}
+		el.Topics = append(el.Topics, et)
+		eresp := kmsg.NewPtrElectLeadersResponse()
+		h.dial(inst, h.mirror, h.leader(ctx, h.topic, 0)).roundTrip(el, eresp)
+		if len(eresp.Topics) != 1 || eresp.Topics[0].Partitions[0].ErrorCode != rules.ErrPolicyViolation {
+			t.Errorf("%s: unclean election of a mirror partition: %+v", inst.name, eresp.Topics)
+		}
+	}
+	// Nothing happened on the destination.
+	if md, err := adm.Metadata(ctx, ledgerTopic, h.topic); err != nil || md.Topics[ledgerTopic].Err != nil || md.Topics[h.topic].Err != nil {
+		t.Fatalf("a topic was deleted: %v %+v", err, md.Topics)
+	}
+	if n := h.end(ctx, h.topic, 1); n != 0 {
+		t.Fatalf("a transaction marker reached the mirror partition: end offset %d", n)
+	}
+	if got := directConfigs(ctx, t, h.d, h.topic)["retention.ms"]; got != retention {
+		t.Fatalf("retention.ms of the mirror topic went from %s to %s", retention, got)
+	}
+}
+
+// addToTxn starts a transaction through inst and asks to add a partition to it, then ends it
+// with a commit; it returns the partition's AddPartitionsToTxn error code.
+func (h *hostile) addToTxn(ctx context.Context, inst instance, topic string, p int32) int16 {
+	h.t.Helper()
+	txnID := "hostile-" + testNames(h.t)
+	cl := h.client(h.other)
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorType, fc.CoordinatorKey = 1, txnID
+	fresp, err := fc.RequestWith(ctx, cl)
+	if err != nil || fresp.ErrorCode != 0 {
+		h.t.Fatalf("FindCoordinator: %v %+v", err, fresp)
+	}
+	node := fresp.NodeID
+	r := h.dial(inst, h.other, node)
+	var ip *kmsg.InitProducerIDResponse
+	for i := 0; i < 50; i++ {
+		init := kmsg.NewPtrInitProducerIDRequest()
+		init.TransactionalID, init.TransactionTimeoutMillis = kmsg.StringPtr(txnID), 60000
+		ip = kmsg.NewPtrInitProducerIDResponse()
+		r.roundTrip(init, ip)
+		if ip.ErrorCode == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // the coordinator loading its partition
+	}
+	if ip.ErrorCode != 0 {
+		h.t.Fatalf("InitProducerId: code %d", ip.ErrorCode)
+	}
+	add := kmsg.NewPtrAddPartitionsToTxnRequest()
+	add.SetVersion(3)
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch = txnID, ip.ProducerID, ip.ProducerEpoch
+	at := kmsg.NewAddPartitionsToTxnRequestTopic()
+	at.Topic, at.Partitions = topic, []int32{p}
+	add.Topics = append(add.Topics, at)
+	aresp := kmsg.NewPtrAddPartitionsToTxnResponse()
+	r.roundTrip(add, aresp)
+	code := int16(-99)
+	for _, t := range aresp.Topics {
+		for _, rp := range t.Partitions {
+			code = rp.ErrorCode
+		}
+	}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = txnID, ip.ProducerID, ip.ProducerEpoch, true
+	r.roundTrip(end, kmsg.NewPtrEndTxnResponse())
+	return code
+}
+
