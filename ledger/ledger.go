@@ -74,6 +74,25 @@ type Entry struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Decode reads one ledger record's value. It refuses what it cannot read exactly: bad JSON, an
+// entry written by a newer offsetgate (a field or kind this version does not know could change
+// what the entry means), an unknown kind.
+func Decode(value []byte) (Entry, error) {
+	var e Entry
+	if err := json.Unmarshal(value, &e); err != nil {
+		return Entry{}, fmt.Errorf("unreadable entry: %w", err)
+	}
+	if e.V > Version {
+		return Entry{}, fmt.Errorf("entry of format version %d, written by a newer offsetgate (this one reads up to %d)", e.V, Version)
+	}
+	switch e.Kind {
+	case KindBatch, KindFiller, KindSegment, KindOwner, KindHalt:
+	default:
+		return Entry{}, fmt.Errorf("entry of unknown kind %q", e.Kind)
+	}
+	return e, nil
+}
+
 // Topic names the ledger topic of a mirror topic.
 func Topic(topicID string) string { return rules.OwnTopicPrefix + "ledger_" + topicID }
 
@@ -204,10 +223,13 @@ func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, 
 				break
 			}
 			for _, r := range fp.Records {
-				var e Entry
-				if err := json.Unmarshal(r.Value, &e); err == nil && e.V <= Version {
-					out = append(out, e)
+				e, err := Decode(r.Value)
+				if err != nil {
+					// A write-ahead ledger that skipped what it cannot read would serve and
+					// write on a guess: the partition stops here instead.
+					return nil, from, fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
 				}
+				out = append(out, e)
 				from = r.Offset + 1
 			}
 			if from >= p.HighWatermark {

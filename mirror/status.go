@@ -93,9 +93,10 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 				return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
 			}
 			for _, r := range recs {
-				var e ledger.Entry
-				if json.Unmarshal(r.Value, &e) != nil {
-					continue
+				e, err := ledger.Decode(r.Value)
+				if err != nil {
+					ps.Halted = fmt.Sprintf("the ledger cannot be read at ledger offset %d: %v", r.Offset, err)
+					break
 				}
 				switch e.Kind {
 				case ledger.KindSegment:

@@ -262,6 +262,26 @@ func TestWritingApisJudged(t *testing.T) {
 		if len(sresp.Topics) != 1 || sresp.Topics[0].Partitions[0].ErrorCode != rules.ErrPolicyViolation {
 			t.Errorf("%s: ShareFetch of the mirror topic by id: %+v", inst.name, sresp.Topics)
 		}
+		// offsetgate's own topics are read only by approved mirroring clients.
+		for _, who := range []struct {
+			kp   *testcerts.KeyPair
+			want int16
+		}{{h.other, rules.ErrTopicAuthorization}, {h.mirror, 0}} {
+			fr := kmsg.NewPtrFetchRequest()
+			fr.SetVersion(12) // topics by name
+			fr.ReplicaID, fr.MaxBytes, fr.MaxWaitMillis = -1, 1<<20, 10
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic = catalog.MarksTopic
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.PartitionMaxBytes = 1 << 20
+			ft.Partitions = append(ft.Partitions, fp)
+			fr.Topics = append(fr.Topics, ft)
+			fresp := kmsg.NewPtrFetchResponse()
+			h.dial(inst, who.kp, h.leader(ctx, catalog.MarksTopic, 0)).roundTrip(fr, fresp)
+			if len(fresp.Topics) != 1 || fresp.Topics[0].Partitions[0].ErrorCode != who.want {
+				t.Errorf("%s: reading %s: %+v, want code %d", inst.name, catalog.MarksTopic, fresp.Topics, who.want)
+			}
+		}
 		// Transaction markers into the mirror topic and a ledger.
 		for _, target := range []struct {
 			topic string

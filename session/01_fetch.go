@@ -20,6 +20,7 @@ package session
 
 import (
 	"encoding/binary"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -115,23 +116,30 @@ func fetchRequest(s *Session, r *request) error {
 	if !s.knownIDs(r, ids, fetchRequest) || !s.known(r, names, fetchRequest) {
 		return nil
 	}
+	// Ids the destination does not show offsetgate are answered UNKNOWN_TOPIC_ID (clients then
+	// refresh their metadata) instead of being forwarded unjudged; offsetgate's own topics
+	// (the marks name who approved what, from where) are read only by approved mirroring
+	// clients (offsetgate status).
 	var unknown []refusal
-	if byID {
-		keep := req.Topics[:0]
-		for _, t := range req.Topics {
-			if s.idKnown(t.TopicID) {
-				keep = append(keep, t)
-				continue
-			}
-			for _, p := range t.Partitions {
-				unknown = append(unknown, refusal{topicID: t.TopicID, partition: p.Partition, code: rules.ErrUnknownTopicID})
-			}
+	keep := req.Topics[:0]
+	for _, t := range req.Topics {
+		code := int16(0)
+		switch {
+		case byID && !s.idKnown(t.TopicID):
+			code = rules.ErrUnknownTopicID
+		case rules.IsOwnTopic(s.topicName(t.Topic, t.TopicID)) && !s.cfg.Policy().Mirroring(s.ident):
+			code = rules.ErrTopicAuthorization
 		}
-		req.Topics = keep
+		if code == 0 {
+			keep = append(keep, t)
+			continue
+		}
+		for _, p := range t.Partitions {
+			unknown = append(unknown, refusal{topic: strings.Clone(t.Topic), topicID: t.TopicID, partition: p.Partition, code: code})
+		}
 	}
+	req.Topics = keep
 	if len(unknown) > 0 {
-		// Ids the destination does not show offsetgate are answered UNKNOWN_TOPIC_ID (clients
-		// then refresh their metadata) instead of being forwarded unjudged.
 		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
 			return spliceFetchErrors(s, version, body, unknown)
 		}
@@ -210,13 +218,13 @@ func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal) (
 	for _, e := range errs {
 		var t *kmsg.FetchResponseTopic
 		for i := range resp.Topics {
-			if resp.Topics[i].TopicID == e.topicID {
+			if resp.Topics[i].TopicID == e.topicID && resp.Topics[i].Topic == e.topic {
 				t = &resp.Topics[i]
 			}
 		}
 		if t == nil {
 			nt := kmsg.NewFetchResponseTopic()
-			nt.TopicID = e.topicID
+			nt.Topic, nt.TopicID = e.topic, e.topicID
 			resp.Topics = append(resp.Topics, nt)
 			t = &resp.Topics[len(resp.Topics)-1]
 		}

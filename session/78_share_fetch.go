@@ -42,6 +42,8 @@ func shareFetchRequest(s *Session, r *request) error {
 		switch {
 		case !s.idKnown(t.TopicID):
 			code, msg = rules.ErrUnknownTopicID, "offsetgate: the destination does not show this topic id"
+		case rules.IsOwnTopic(info.Name):
+			code, msg = rules.ErrTopicAuthorization, "offsetgate: "+info.Name+" is offsetgate's own topic; share groups cannot read it"
 		case info.Mark != nil || s.cfg.Catalog.Removed(t.TopicID):
 			code, msg = rules.ErrPolicyViolation, "offsetgate: "+info.Name+" is a mirror topic (or was promoted from one); share groups cannot read it (use a consumer group)"
 		default:

@@ -74,6 +74,15 @@ func (s *Session) lookup(r *request, names []string, handler func(*Session, *req
 	}
 }
 
+// topicName is a topic's name as a request gives it, or as offsetgate knows it for an id.
+func (s *Session) topicName(name string, id catalog.TopicID) string {
+	if name != "" || s.cfg.Catalog == nil {
+		return name
+	}
+	t, _ := s.cfg.Catalog.ByID(id)
+	return t.Name
+}
+
 // mark returns a topic's mirror mark, or nil.
 func (s *Session) mark(name string) *catalog.Topic {
 	if s.cfg.Catalog == nil {
