@@ -380,4 +380,3 @@ func (h *hostile) addToTxn(ctx context.Context, inst instance, topic string, p i
 	r.roundTrip(end, kmsg.NewPtrEndTxnResponse())
 	return code
 }
-
