@@ -65,14 +65,15 @@ type part struct {
 	target int64 // a --once run stops here (the source's end at start); -1: following
 	max    int32 // partition bytes of the next fetch (more for one batch larger than MaxBytes)
 
-	chunk    *chunk // fetched, waiting for a writer
-	writing  bool
-	finished bool
-	sum      PartitionSummary
-	st       *partStats
-	halt     error     // stops the partition once everything before target is written
-	failures int       // fetch failures in a row
-	retryAt  time.Time // not fetched before this (backing off after a failure)
+	chunk      *chunk // fetched, waiting for a writer
+	writing    bool
+	finished   bool
+	sum        PartitionSummary
+	st         *partStats
+	halt       error     // stops the partition once everything before target is written
+	writingEnd int64     // the source offset after the chunk being written
+	failures   int       // fetch failures in a row
+	retryAt    time.Time // not fetched before this (backing off after a failure)
 }
 
 type chunk struct {
@@ -245,6 +246,19 @@ func (e *engine) stopLocked(p *part, err error) {
 	if p.finished {
 		return
 	}
+	if p.writing {
+		// The chunk being written finishes first (stopping now would cancel it with the
+		// run); what was fetched after it is dropped, and the writer stops the partition.
+		if p.chunk != nil {
+			e.buffered -= int64(len(p.chunk.data))
+			p.chunk = nil
+		}
+		if p.halt == nil {
+			p.halt = err
+		}
+		p.target = p.writingEnd
+		return
+	}
 	p.finished = true
 	p.sum.Err = err
 	p.st.state.Store("stopped: " + err.Error())
@@ -372,8 +386,8 @@ func (e *engine) refreshLeaders(ctx context.Context) (int, error) {
 	}
 	missing := 0
 	for _, p := range e.order {
-		if p.finished || p.leader >= 0 {
-			continue
+		if p.finished || p.leader >= 0 || !topics[p.topic] {
+			continue // a topic added while the request was out is asked about next time
 		}
 		t, ok := byName[p.topic]
 		terr := kerr.ErrorForCode(t.ErrorCode)
@@ -403,6 +417,11 @@ func (e *engine) refreshLeaders(ctx context.Context) (int, error) {
 		p.leader = leader
 		p.st.state.Store("mirroring")
 		e.fetcherLocked(ctx, leader)
+	}
+	for _, p := range e.order {
+		if !p.finished && p.leader < 0 && !topics[p.topic] {
+			missing++
+		}
 	}
 	return missing, nil
 }
@@ -716,6 +735,11 @@ func (e *engine) writer(ctx context.Context) {
 		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data)
 		e.mu.Lock()
 		p.writing = false
+		if e.buffered >= e.budget && e.buffered-int64(len(c.data)) < e.budget {
+			for _, f := range e.fetchers {
+				e.kick(f.wake) // under budget again: every fetch loop may read
+			}
+		}
 		e.buffered -= int64(len(c.data))
 		switch {
 		case p.finished:
@@ -759,6 +783,7 @@ func (e *engine) nextChunk(ctx context.Context) (*part, *chunk) {
 			}
 			c := p.chunk
 			p.chunk, p.writing = nil, true
+			p.writingEnd = c.hs[len(c.hs)-1].LastOffset() + 1
 			if len(e.ready) > 0 {
 				e.kick(e.readyWake) // another writer may take the next one
 			}
