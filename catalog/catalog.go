@@ -92,6 +92,9 @@ func (c *Catalog) ensureTopic(ctx context.Context) error {
 	}
 	resp, err := adm.CreateTopic(ctx, 1, rf, map[string]*string{
 		"cleanup.policy": kmsg.StringPtr("compact"),
+		// Set on the topic, so broker defaults cannot change them: an unclean election would
+		// lose marks.
+		"unclean.leader.election.enable": kmsg.StringPtr("false"),
 	}, MarksTopic)
 	if errors.Is(err, kerr.TopicAlreadyExists) {
 		return nil

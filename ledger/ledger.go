@@ -122,6 +122,7 @@ func (l *Ledger) Ensure(ctx context.Context, topicID string, partitions int32) e
 		"cleanup.policy":                 kmsg.StringPtr("delete"),
 		"retention.ms":                   kmsg.StringPtr("-1"),
 		"retention.bytes":                kmsg.StringPtr("-1"),
+		"unclean.leader.election.enable": kmsg.StringPtr("false"),
 		"message.timestamp.type":         kmsg.StringPtr("CreateTime"),
 		"message.timestamp.after.max.ms": kmsg.StringPtr("9223372036854775807"),
 		"compression.type":               kmsg.StringPtr("zstd"),
