@@ -114,7 +114,8 @@ func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metri
 	return &Writer{cfg: cfg, cl: cl, ledger: l, log: log, m: m, parts: map[key]*part{}}
 }
 
-// part is one mirror partition's state. mu serializes its writes.
+// part is one mirror partition: its planning state and what the writer keeps for I/O. mu
+// serializes its writes.
 type part struct {
 	mu     sync.Mutex
 	loaded bool
@@ -122,24 +123,11 @@ type part struct {
 	tid    catalog.TopicID
 	id     string // topic id, hex
 
-	segments []Segment
-	next     int64 // next source offset expected; -1: nothing mirrored yet
-	dnext    int64 // D offset of the next write
-	epoch    int32 // highest source leader epoch mirrored
-	pid      int64
-	pepoch   int16
-	seq      int32
-
-	recent  []ledger.Entry // last entries (batches and fillers), oldest first
-	pending []ledger.Entry // written to the ledger, not yet confirmed by D
-	halted  string
-	until   time.Time // our ownership lease
-	leader  int32     // cached leader of the partition on D; -1: unknown
-	conn    *wire.Conn
-	// resync is set after a write failed: the next request must start exactly at the
-	// mirrored end, so a request a client sent before it saw the failure is never taken for a
-	// hole in the source and filled.
-	resync bool
+	st     State
+	halted string
+	until  time.Time // our ownership lease
+	leader int32     // cached leader of the partition on D; -1: unknown
+	conn   *wire.Conn
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -148,7 +136,7 @@ func (w *Writer) part(t catalog.Topic, partition int32) *part {
 	k := key{t.ID, partition}
 	p := w.parts[k]
 	if p == nil {
-		p = &part{topic: t.Name, tid: t.ID, id: catalog.IDString(t.ID), next: -1, epoch: -1, leader: -1}
+		p = &part{topic: t.Name, tid: t.ID, id: catalog.IDString(t.ID), st: State{Next: -1, Epoch: -1}, leader: -1}
 		w.parts[k] = p
 	}
 	return p
@@ -175,13 +163,13 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	for _, e := range es {
 		switch e.Kind {
 		case ledger.KindSegment:
-			p.segments = append(p.segments, Segment{Src: e.Src, Delta: e.Delta})
+			p.st.Segments = append(p.st.Segments, Segment{Src: e.Src, Delta: e.Delta})
 		case ledger.KindBatch, ledger.KindFiller:
-			p.remember(e)
-			p.next, p.dnext = e.Last+1, e.D+int64(e.Count)
-			p.pid, p.pepoch, p.seq = e.PID, e.PEpoch, e.Seq+e.Count
-			if e.Kind == ledger.KindBatch && e.Epoch > p.epoch {
-				p.epoch = e.Epoch
+			p.st.remember(e)
+			p.st.Next, p.st.DNext = e.Last+1, e.D+int64(e.Count)
+			p.st.PID, p.st.PEpoch, p.st.Seq = e.PID, e.PEpoch, e.Seq+e.Count
+			if e.Kind == ledger.KindBatch && e.Epoch > p.st.Epoch {
+				p.st.Epoch = e.Epoch
 			}
 		case ledger.KindOwner:
 			if e.Owner != w.cfg.Instance && time.Now().Before(e.Until) {
@@ -197,9 +185,9 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range p.recent {
+	for _, e := range p.st.Recent {
 		if e.D+int64(e.Count) > hwm {
-			p.pending = append(p.pending, e)
+			p.st.Pending = append(p.st.Pending, e)
 		}
 	}
 	if len(es) == 0 && hwm > 0 {
@@ -214,16 +202,16 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	}
 	if len(es) == 0 {
 		// A fresh mirror partition: D's end is where the first segment starts.
-		p.dnext = hwm
+		p.st.DNext = hwm
 		pid, epoch, err := w.initProducer(ctx)
 		if err != nil {
 			return err
 		}
-		p.pid, p.pepoch, p.seq = pid, epoch, 0
+		p.st.PID, p.st.PEpoch, p.st.Seq = pid, epoch, 0
 	}
 	p.loaded = true
 	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
-		zap.Int("ledger_entries", len(es)), zap.Int64("next", p.next), zap.Int("pending", len(p.pending)))
+		zap.Int("ledger_entries", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
 	return nil
 }
 
@@ -234,22 +222,6 @@ type ownedError struct {
 
 func (e *ownedError) Error() string {
 	return fmt.Sprintf("owned by offsetgate instance %q until %s", e.owner, e.until.Format(time.RFC3339))
-}
-
-func (p *part) remember(e ledger.Entry) {
-	p.recent = append(p.recent, e)
-	if len(p.recent) > recentEntries {
-		p.recent = append(p.recent[:0], p.recent[len(p.recent)-recentEntries/2:]...)
-	}
-}
-
-func (p *part) find(src int64) *ledger.Entry {
-	for i := len(p.recent) - 1; i >= 0; i-- {
-		if p.recent[i].Src == src {
-			return &p.recent[i]
-		}
-	}
-	return nil
 }
 
 func (w *Writer) highWatermark(ctx context.Context, topic string, partition int32) (int64, error) {
@@ -293,27 +265,21 @@ func (w *Writer) initProducer(ctx context.Context) (int64, int16, error) {
 	return resp.ProducerID, resp.ProducerEpoch, nil
 }
 
-// write is one planned write to D.
-type write struct {
-	entry ledger.Entry
-	data  []byte // the batch as D receives it
-	dup   bool   // already on D: acknowledge only
-	retry bool   // a pending entry from before: resend with its own producer values
-}
-
 // Write mirrors one partition's record set (one or more source batches in offset order).
 func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte) Result {
 	start := time.Now()
 	p := w.part(t, partition)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	res := w.write(ctx, p, t, partition, records)
-	p.resync = res.Code != 0
+	res := w.write(ctx, p, partition, records)
+	p.st.Resync = res.Code != 0
 	w.m.observe(p.topic, partition, res, len(records), time.Since(start), p.halted != "")
 	return res
 }
 
-func (w *Writer) write(ctx context.Context, p *part, t catalog.Topic, partition int32, records []byte) Result {
+// write loads the partition, plans the request (Plan: no I/O), stores the plan in the ledger,
+// then writes the data and checks every offset D answers.
+func (w *Writer) write(ctx context.Context, p *part, partition int32, records []byte) Result {
 	if err := w.load(ctx, p, partition); err != nil {
 		var oe *ownedError
 		if errors.As(err, &oe) {
@@ -328,118 +294,36 @@ func (w *Writer) write(ctx context.Context, p *part, t catalog.Topic, partition 
 	if err != nil {
 		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}
 	}
-	if len(sets) == 0 {
-		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: no record batch"}
+	plan := p.st.Plan(sets, hs, w.cfg.MaxFill)
+	if plan.Refusal.Code != 0 {
+		return plan.Refusal
 	}
-	for i, h := range hs {
-		switch {
-		case h.Attributes&batch.AttrControl != 0:
-			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: control batch at %d: transaction markers are not mirrored by this version", h.BaseOffset)}
-		case h.Attributes&batch.AttrTransactional != 0:
-			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: transactional batch at %d: transactions are not mirrored by this version", h.BaseOffset)}
-		case h.RecordCount == 0 || int64(h.RecordCount) != int64(h.LastOffsetDelta)+1:
-			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: batch at %d holds %d records for %d offsets (compaction): compacted batches are not mirrored by this version", h.BaseOffset, h.RecordCount, h.LastOffsetDelta+1)}
-		case !batch.Valid(sets[i]):
-			return Result{Code: ErrInvalidRecord, Msg: fmt.Sprintf("offsetgate: batch at %d fails its CRC", h.BaseOffset)}
-		}
-	}
-
-	if p.resync && p.next >= 0 && hs[0].BaseOffset > mirroredEnd(p) {
-		return Result{Code: ErrOutOfOrder, Msg: fmt.Sprintf("offsetgate: the previous write failed; resend from the mirrored end %d (this request starts at %d)", mirroredEnd(p), hs[0].BaseOffset)}
-	}
-	// Plan. Nothing changes in p until the ledger holds the plan.
-	next, dnext, seq, epoch := p.next, p.dnext, p.seq, p.epoch
-	segments := p.segments
-	var plan []write
-	var newEntries []ledger.Entry
-	pendingIdx := 0
-	for i, h := range hs {
-		if h.LeaderEpoch < epoch {
-			return Result{Code: ErrFencedEpoch, Msg: fmt.Sprintf("offsetgate: batch at %d has leader epoch %d, below the %d already mirrored", h.BaseOffset, h.LeaderEpoch, epoch)}
-		}
-		if next >= 0 && h.BaseOffset < next {
-			e := p.find(h.BaseOffset)
-			if e == nil || e.Kind != ledger.KindBatch || e.Last != h.LastOffset() || e.CRC != h.CRC || e.Len != h.Length || e.Epoch != h.LeaderEpoch {
-				return Result{Code: ErrOutOfOrder, Msg: fmt.Sprintf("offsetgate: batch at %d overlaps what is mirrored with different content; the mirror expects offset %d next", h.BaseOffset, mirroredEnd(p))}
-			}
-			if pendingIdx < len(p.pending) && p.pending[pendingIdx].Src == e.Src {
-				pendingIdx++
-				plan = append(plan, write{entry: *e, data: batch.ForDestination(sets[i], batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq}), retry: true})
-			} else {
-				plan = append(plan, write{entry: *e, dup: true})
-			}
-			continue
-		}
-		if pendingIdx < len(p.pending) {
-			return Result{Code: ErrOutOfOrder, Msg: fmt.Sprintf("offsetgate: unconfirmed writes from offset %d must be retried first", p.pending[pendingIdx].Src)}
-		}
-		switch {
-		case next < 0:
-			d := Segment{Src: h.BaseOffset, Delta: h.BaseOffset - dnext}
-			segments = append(segments, d)
-			newEntries = append(newEntries, ledger.Entry{Kind: ledger.KindSegment, Src: d.Src, Delta: d.Delta})
-		case h.BaseOffset > next && h.BaseOffset-next <= w.cfg.MaxFill:
-			n := int32(h.BaseOffset - next)
-			fe := ledger.Entry{Kind: ledger.KindFiller, Src: next, Last: h.BaseOffset - 1, D: dnext, Count: n, PID: p.pid, PEpoch: p.pepoch, Seq: seq}
-			plan = append(plan, write{entry: fe, data: batch.Filler(int(n), h.BaseTimestamp, batch.Producer{ID: p.pid, Epoch: p.pepoch, Sequence: seq})})
-			newEntries = append(newEntries, fe)
-			dnext += int64(n)
-			seq += n
-		case h.BaseOffset > next:
-			d := Segment{Src: h.BaseOffset, Delta: h.BaseOffset - dnext}
-			segments = append(segments, d)
-			newEntries = append(newEntries, ledger.Entry{Kind: ledger.KindSegment, Src: d.Src, Delta: d.Delta})
-		}
-		count := h.LastOffsetDelta + 1
-		e := ledger.Entry{Kind: ledger.KindBatch, Src: h.BaseOffset, Last: h.LastOffset(), D: dnext, Count: count,
-			Epoch: h.LeaderEpoch, CRC: h.CRC, Len: h.Length, Attrs: h.Attributes, MaxTS: h.MaxTimestamp,
-			SrcPID: h.ProducerID, SrcPEpoch: h.ProducerEpoch, SrcSeq: h.BaseSequence, PID: p.pid, PEpoch: p.pepoch, Seq: seq}
-		plan = append(plan, write{entry: e, data: batch.ForDestination(sets[i], batch.Producer{ID: p.pid, Epoch: p.pepoch, Sequence: seq})})
-		newEntries = append(newEntries, e)
-		dnext += int64(count)
-		seq += count
-		next = h.LastOffset() + 1
-		if h.LeaderEpoch > epoch {
-			epoch = h.LeaderEpoch
-		}
-	}
-
+	entries := plan.Entries
 	// Ownership: claim or renew before writing.
 	if time.Until(p.until) < w.cfg.Lease/2 {
 		until := time.Now().Add(w.cfg.Lease)
-		newEntries = append([]ledger.Entry{{Kind: ledger.KindOwner, Src: -1, Owner: w.cfg.Instance, Until: until}}, newEntries...)
+		entries = append([]ledger.Entry{{Kind: ledger.KindOwner, Src: -1, Owner: w.cfg.Instance, Until: until}}, entries...)
 		p.until = until
 	}
 	// Write-ahead: the ledger holds the plan before D gets a byte of it.
-	if len(newEntries) > 0 {
+	if len(entries) > 0 {
 		lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
-		err := w.ledger.Append(lctx, p.id, partition, newEntries)
+		err := w.ledger.Append(lctx, p.id, partition, entries)
 		cancel()
 		if err != nil {
 			p.until = time.Time{}
 			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written: " + err.Error()}
 		}
-		for _, e := range newEntries {
-			if e.Kind == ledger.KindBatch || e.Kind == ledger.KindFiller {
-				p.remember(e)
-				p.pending = append(p.pending, e)
-			}
-		}
-		p.segments, p.next, p.dnext, p.seq, p.epoch = segments, next, dnext, seq, epoch
-		if w.cfg.OnEntries != nil {
-			w.cfg.OnEntries(p.tid, partition, newEntries)
+		p.st.Apply(plan)
+		if w.cfg.OnEntries != nil && len(plan.Entries) > 0 {
+			w.cfg.OnEntries(p.tid, partition, plan.Entries)
 		}
 	}
 
 	// Data, in order, one batch per Produce request (what a stock broker takes): pipelined
 	// when possible; whatever the pipeline did not confirm is sent again one by one with the
 	// same bytes, which D recognises.
-	var todo []write
-	for _, wr := range plan {
-		if !wr.dup {
-			todo = append(todo, wr)
-		}
-	}
+	todo := plan.Writes
 	done := w.pipeline(ctx, p, partition, todo)
 	for i, wr := range todo {
 		if i < len(done) {
@@ -448,37 +332,37 @@ func (w *Writer) write(ctx context.Context, p *part, t catalog.Topic, partition 
 			}
 			continue
 		}
-		base, err := w.produce(ctx, p, partition, wr.data)
+		base, err := w.produce(ctx, p, partition, wr.Data)
 		if err != nil {
-			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: writing offset %d to the destination: %v; retry from offset %d", wr.entry.Src, err, mirroredEnd(p))}
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: writing offset %d to the destination: %v; retry from offset %d", wr.Entry.Src, err, p.st.MirroredEnd())}
 		}
 		if res, halted := w.check(p, partition, wr, base); halted {
 			return res
 		}
 	}
-	return Result{BaseOffset: hs[0].BaseOffset}
+	return Result{BaseOffset: plan.Base}
 }
 
 // check compares the base offset D answered with the one planned; a mismatch halts the
 // partition for good.
-func (w *Writer) check(p *part, partition int32, wr write, base int64) (Result, bool) {
-	if base != wr.entry.D {
-		reason := fmt.Sprintf("the destination put source offset %d at %d, expected %d (a write that did not come through offsetgate?)", wr.entry.Src, base, wr.entry.D)
+func (w *Writer) check(p *part, partition int32, wr Write, base int64) (Result, bool) {
+	if base != wr.Entry.D {
+		reason := fmt.Sprintf("the destination put source offset %d at %d, expected %d (a write that did not come through offsetgate?)", wr.Entry.Src, base, wr.Entry.D)
 		p.halted = reason
 		w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
 		hctx, cancel := context.WithTimeout(context.Background(), defaultRequestTimeout)
-		_ = w.ledger.Append(hctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: wr.entry.Src, Reason: reason}})
+		_ = w.ledger.Append(hctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: wr.Entry.Src, Reason: reason}})
 		cancel()
 		return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + reason}, true
 	}
-	p.confirm(wr.entry.Src)
+	p.st.confirm(wr.Entry.Src)
 	return Result{}, false
 }
 
 // pipeline writes batches with up to pipelineDepth in flight on the partition's connection to
 // its leader and returns the base offsets of those D answered without error, in order. It
 // stops at the first problem (the caller then goes on one by one from there).
-func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []write) []int64 {
+func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []Write) []int64 {
 	if w.cfg.Dial == nil || len(todo) < 2 {
 		return nil
 	}
@@ -499,7 +383,7 @@ func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []
 		reqs := make([]kmsg.Request, len(win))
 		resps := make([]kmsg.Response, len(win))
 		for j, wr := range win {
-			reqs[j] = w.produceRequest(p, partition, wr.data, 9)
+			reqs[j] = w.produceRequest(p, partition, wr.Data, 9)
 			resps[j] = kmsg.NewPtrProduceResponse()
 		}
 		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
@@ -566,22 +450,6 @@ func (w *Writer) leaderAddr(ctx context.Context, p *part, partition int32) (stri
 		}
 	}
 	return "", fmt.Errorf("no leader for %s[%d]", p.topic, partition)
-}
-
-func (p *part) confirm(src int64) {
-	for i, e := range p.pending {
-		if e.Src == src {
-			p.pending = append(p.pending[:i:i], p.pending[i+1:]...)
-			return
-		}
-	}
-}
-
-func mirroredEnd(p *part) int64 {
-	if len(p.pending) > 0 {
-		return p.pending[0].Src
-	}
-	return p.next
 }
 
 // produce sends one batch to the partition's leader as an idempotent, acks=all Produce and

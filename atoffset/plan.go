@@ -1,0 +1,190 @@
+package atoffset
+
+import (
+	"fmt"
+
+	"offsetgate/batch"
+	"offsetgate/ledger"
+)
+
+// State is what the planner knows of a mirror partition: where the mirror ends on both sides,
+// offsetgate's producer values on D, the shift table, and the recent and unconfirmed ledger
+// entries. The writer keeps one per partition; Plan never changes it.
+type State struct {
+	Next     int64 // next source offset expected; -1: nothing mirrored yet
+	DNext    int64 // D offset of the next write (for a fresh partition, D's end)
+	Epoch    int32 // highest source leader epoch mirrored; -1: none
+	PID      int64 // offsetgate's producer on D
+	PEpoch   int16
+	Seq      int32 // next sequence number of that producer
+	Segments []Segment
+	// Recent holds the last batch and filler entries, oldest first: exact resends below the
+	// mirrored end are recognised against them.
+	Recent []ledger.Entry
+	// Pending holds entries written to the ledger whose data D has not confirmed (after a
+	// crash, or a failed write): they are retried with their own producer values before
+	// anything new.
+	Pending []ledger.Entry
+	// Resync is set after a write failed or was refused: the next request must start exactly
+	// at the mirrored end, so a request sent before the client saw the failure is never taken
+	// for a hole in the source and filled.
+	Resync bool
+}
+
+// MirroredEnd is the source offset a mirroring client resends from: the first unconfirmed
+// batch, or the next offset expected.
+func (s *State) MirroredEnd() int64 {
+	if len(s.Pending) > 0 {
+		return s.Pending[0].Src
+	}
+	return s.Next
+}
+
+func (s *State) find(src int64) *ledger.Entry {
+	for i := len(s.Recent) - 1; i >= 0; i-- {
+		if s.Recent[i].Src == src {
+			return &s.Recent[i]
+		}
+	}
+	return nil
+}
+
+// Write is one planned write of a batch to D.
+type Write struct {
+	Entry ledger.Entry
+	// Data is the batch as D receives it: the source batch with offsetgate's producer values
+	// (the entry's), or filler records.
+	Data []byte
+	// Retry marks a pending entry's batch, resent with the producer values recorded for it.
+	Retry bool
+}
+
+// Plan is what one produce-at-offset request for a partition comes to.
+type Plan struct {
+	// Refusal, when its Code is not 0, refuses the request: nothing is written.
+	Refusal Result
+	// Entries go to the ledger, in order, before D gets a byte of Writes (write-ahead).
+	Entries []ledger.Entry
+	// Writes go to D in order, one batch per Produce request. Exact resends of confirmed
+	// batches are acknowledged without a write and appear in neither list.
+	Writes []Write
+	// Base is the source offset of the request's first batch (the answer's base offset).
+	Base int64
+
+	// The state's new ends, for Apply.
+	next, dnext int64
+	seq, epoch  int32
+	segments    []Segment
+}
+
+// Plan decides, without any I/O, what a produce-at-offset request for one partition becomes:
+// the batch checks, duplicate and retry detection, epoch fencing, holes filled with fillers up
+// to maxFill offsets, larger holes as new shift segments, and the ledger entries and writes
+// that follow. sets and hs are the request's batches and their headers, in order.
+func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
+	refuse := func(code int16, format string, a ...any) Plan {
+		return Plan{Refusal: Result{Code: code, Msg: "offsetgate: " + fmt.Sprintf(format, a...)}}
+	}
+	if len(sets) == 0 {
+		return refuse(ErrInvalidRecord, "no record batch")
+	}
+	for i, h := range hs {
+		switch {
+		case h.Attributes&batch.AttrControl != 0:
+			return refuse(ErrInvalidRecord, "control batch at %d: transaction markers are not mirrored by this version", h.BaseOffset)
+		case h.Attributes&batch.AttrTransactional != 0:
+			return refuse(ErrInvalidRecord, "transactional batch at %d: transactions are not mirrored by this version", h.BaseOffset)
+		case h.RecordCount == 0 || int64(h.RecordCount) != int64(h.LastOffsetDelta)+1:
+			return refuse(ErrInvalidRecord, "batch at %d holds %d records for %d offsets (compaction): compacted batches are not mirrored by this version", h.BaseOffset, h.RecordCount, h.LastOffsetDelta+1)
+		case !batch.Valid(sets[i]):
+			return refuse(ErrInvalidRecord, "batch at %d fails its CRC", h.BaseOffset)
+		case i > 0 && h.BaseOffset <= hs[i-1].LastOffset():
+			return refuse(ErrInvalidRecord, "batch at %d does not follow the batch before it (which ends at %d)", h.BaseOffset, hs[i-1].LastOffset())
+		}
+	}
+	if s.Resync && s.Next >= 0 && hs[0].BaseOffset > s.MirroredEnd() {
+		return refuse(ErrOutOfOrder, "the previous write failed; resend from the mirrored end %d (this request starts at %d)", s.MirroredEnd(), hs[0].BaseOffset)
+	}
+	out := Plan{Base: hs[0].BaseOffset}
+	next, dnext, seq, epoch := s.Next, s.DNext, s.Seq, s.Epoch
+	segments := s.Segments
+	producer := func(seq int32) batch.Producer { return batch.Producer{ID: s.PID, Epoch: s.PEpoch, Sequence: seq} }
+	pendingIdx := 0
+	for i, h := range hs {
+		if h.LeaderEpoch < epoch {
+			return refuse(ErrFencedEpoch, "batch at %d has leader epoch %d, below the %d already mirrored", h.BaseOffset, h.LeaderEpoch, epoch)
+		}
+		if next >= 0 && h.BaseOffset < next {
+			e := s.find(h.BaseOffset)
+			if e == nil || e.Kind != ledger.KindBatch || e.Last != h.LastOffset() || e.CRC != h.CRC || e.Len != h.Length || e.Epoch != h.LeaderEpoch {
+				return refuse(ErrOutOfOrder, "batch at %d overlaps what is mirrored with different content; the mirror expects offset %d next", h.BaseOffset, s.MirroredEnd())
+			}
+			if pendingIdx < len(s.Pending) && s.Pending[pendingIdx].Src == e.Src {
+				pendingIdx++
+				out.Writes = append(out.Writes, Write{Entry: *e, Retry: true,
+					Data: batch.ForDestination(sets[i], batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq})})
+			}
+			continue // a confirmed batch sent again: acknowledged, not written twice
+		}
+		if pendingIdx < len(s.Pending) {
+			return refuse(ErrOutOfOrder, "unconfirmed writes from offset %d must be retried first", s.Pending[pendingIdx].Src)
+		}
+		switch {
+		case next < 0 || h.BaseOffset-next > maxFill:
+			// The mirror's start, or a hole too large to fill: a new shift segment.
+			seg := Segment{Src: h.BaseOffset, Delta: h.BaseOffset - dnext}
+			segments = append(segments[:len(segments):len(segments)], seg)
+			out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindSegment, Src: seg.Src, Delta: seg.Delta})
+		case h.BaseOffset > next:
+			n := int32(h.BaseOffset - next)
+			fe := ledger.Entry{Kind: ledger.KindFiller, Src: next, Last: h.BaseOffset - 1, D: dnext, Count: n, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
+			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), h.BaseTimestamp, producer(seq))})
+			out.Entries = append(out.Entries, fe)
+			dnext += int64(n)
+			seq += n
+		}
+		count := h.LastOffsetDelta + 1
+		e := ledger.Entry{Kind: ledger.KindBatch, Src: h.BaseOffset, Last: h.LastOffset(), D: dnext, Count: count,
+			Epoch: h.LeaderEpoch, CRC: h.CRC, Len: h.Length, Attrs: h.Attributes, MaxTS: h.MaxTimestamp,
+			SrcPID: h.ProducerID, SrcPEpoch: h.ProducerEpoch, SrcSeq: h.BaseSequence, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
+		out.Writes = append(out.Writes, Write{Entry: e, Data: batch.ForDestination(sets[i], producer(seq))})
+		out.Entries = append(out.Entries, e)
+		dnext += int64(count)
+		seq += count
+		next = h.LastOffset() + 1
+		epoch = max(epoch, h.LeaderEpoch)
+	}
+	out.next, out.dnext, out.seq, out.epoch, out.segments = next, dnext, seq, epoch, segments
+	return out
+}
+
+// Apply makes the partition's state what it is once the ledger holds the plan's entries: the
+// mirror ends after them, and their writes are pending until D confirms them.
+func (s *State) Apply(p Plan) {
+	s.Segments, s.Next, s.DNext, s.Seq, s.Epoch = p.segments, p.next, p.dnext, p.seq, p.epoch
+	for _, e := range p.Entries {
+		if e.Kind == ledger.KindBatch || e.Kind == ledger.KindFiller {
+			s.remember(e)
+			s.Pending = append(s.Pending, e)
+		}
+	}
+}
+
+// remember keeps an entry among the recent ones, dropping the oldest half when there are too
+// many (duplicate checks look this far back).
+func (s *State) remember(e ledger.Entry) {
+	s.Recent = append(s.Recent, e)
+	if len(s.Recent) > recentEntries {
+		s.Recent = append(s.Recent[:0], s.Recent[len(s.Recent)-recentEntries/2:]...)
+	}
+}
+
+// confirm drops a pending entry once D acknowledged its data at the planned offset.
+func (s *State) confirm(src int64) {
+	for i, e := range s.Pending {
+		if e.Src == src {
+			s.Pending = append(s.Pending[:i:i], s.Pending[i+1:]...)
+			return
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package atoffset
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/batch"
+	"offsetgate/ledger"
+)
+
+// src is a source batch of n records at base with a leader epoch and attributes.
+func src(base int64, n int, epoch int32, attrs int16) []byte {
+	var recs []byte
+	for i := 0; i < n; i++ {
+		r := kmsg.Record{OffsetDelta: int32(i), Key: []byte(fmt.Sprintf("k%d", base+int64(i))), Value: []byte("v")}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{FirstOffset: base, PartitionLeaderEpoch: epoch, Magic: 2, Attributes: attrs, LastOffsetDelta: int32(n - 1),
+		FirstTimestamp: 1000, MaxTimestamp: 1000, ProducerID: 7, ProducerEpoch: 1, FirstSequence: int32(base), NumRecords: int32(n), Records: recs}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
+	return out
+}
+
+func split(t *testing.T, bs ...[]byte) ([][]byte, []batch.Header) {
+	t.Helper()
+	var all []byte
+	for _, b := range bs {
+		all = append(all, b...)
+	}
+	sets, hs, err := batch.Split(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sets, hs
+}
+
+// fresh is a partition nothing was mirrored to, into a destination that holds dEnd offsets.
+func fresh(dEnd int64) State {
+	return State{Next: -1, Epoch: -1, DNext: dEnd, PID: 40, PEpoch: 2}
+}
+
+// mirrored plans and applies batches, confirming their writes as D would.
+func mirrored(t *testing.T, s State, bs ...[]byte) State {
+	t.Helper()
+	sets, hs := split(t, bs...)
+	p := s.Plan(sets, hs, 100)
+	if p.Refusal.Code != 0 {
+		t.Fatalf("setting up: %s", p.Refusal.Msg)
+	}
+	s.Apply(p)
+	for _, w := range p.Writes {
+		s.confirm(w.Entry.Src)
+	}
+	return s
+}
+
+func kinds(es []ledger.Entry) string {
+	var out []string
+	for _, e := range es {
+		switch e.Kind {
+		case ledger.KindSegment:
+			out = append(out, fmt.Sprintf("segment(%d,Δ%d)", e.Src, e.Delta))
+		default:
+			out = append(out, fmt.Sprintf("%s(%d-%d@%d,seq%d)", e.Kind, e.Src, e.Last, e.D, e.Seq))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// The planner's rules, one case each. A case gives the state before, the request's batches,
+// and either the refusal code or the ledger entries and writes it must plan.
+func TestPlan(t *testing.T) {
+	base := mirrored(t, fresh(0), src(0, 5, 1, 0), src(5, 5, 1, 0)) // [0,10) mirrored, epoch 1
+	crashed := base
+	crashed.Pending = []ledger.Entry{*crashed.find(5)} // D never confirmed [5,10)
+	resync := base
+	resync.Resync = true
+	for name, c := range map[string]struct {
+		st      State
+		batches [][]byte
+		code    int16
+		entries string
+		writes  int
+		retries int
+	}{
+		"first batch starts the first segment at D's end": {st: fresh(0), batches: [][]byte{src(100, 3, 0, 0)},
+			entries: "segment(100,Δ100) batch(100-102@0,seq0)", writes: 1},
+		"into a non-empty destination the shift takes D's end": {st: fresh(7), batches: [][]byte{src(0, 2, 0, 0)},
+			entries: "segment(0,Δ-7) batch(0-1@7,seq0)", writes: 1},
+		"the next batch follows": {st: base, batches: [][]byte{src(10, 2, 1, 0)},
+			entries: "batch(10-11@10,seq10)", writes: 1},
+		"a hole within max_fill is filled": {st: base, batches: [][]byte{src(60, 2, 1, 0)},
+			entries: "filler(10-59@10,seq10) batch(60-61@60,seq60)", writes: 2},
+		"a hole of exactly max_fill is filled": {st: base, batches: [][]byte{src(110, 1, 1, 0)},
+			entries: "filler(10-109@10,seq10) batch(110-110@110,seq110)", writes: 2},
+		"a hole over max_fill starts a segment": {st: base, batches: [][]byte{src(111, 1, 1, 0)},
+			entries: "segment(111,Δ101) batch(111-111@10,seq10)", writes: 1},
+		"holes between the batches of one request": {st: base, batches: [][]byte{src(12, 1, 1, 0), src(500, 1, 2, 0)},
+			entries: "filler(10-11@10,seq10) batch(12-12@12,seq12) segment(500,Δ487) batch(500-500@13,seq13)", writes: 3},
+		"an exact resend of a confirmed batch is acknowledged, not written": {st: base, batches: [][]byte{src(5, 5, 1, 0)},
+			entries: "", writes: 0},
+		"a resend of confirmed batches then a new one": {st: base, batches: [][]byte{src(0, 5, 1, 0), src(5, 5, 1, 0), src(10, 1, 1, 0)},
+			entries: "batch(10-10@10,seq10)", writes: 1},
+		"after a crash the pending batch is retried with its own producer values": {st: crashed, batches: [][]byte{src(5, 5, 1, 0), src(10, 1, 1, 0)},
+			entries: "batch(10-10@10,seq10)", writes: 2, retries: 1},
+		"after a crash a new batch before the retry is refused": {st: crashed, batches: [][]byte{src(10, 1, 1, 0)}, code: ErrOutOfOrder},
+		"a different batch at a pending offset is refused": {st: crashed, batches: [][]byte{src(5, 4, 1, 0)}, code: ErrOutOfOrder},
+		"a different batch at a confirmed offset is refused": {st: base, batches: [][]byte{src(5, 5, 2, 0)}, code: ErrOutOfOrder},
+		"a partial overlap is refused": {st: base, batches: [][]byte{src(8, 4, 1, 0)}, code: ErrOutOfOrder},
+		"a lower epoch is refused": {st: mirrored(t, base, src(10, 1, 3, 0)), batches: [][]byte{src(11, 1, 2, 0)}, code: ErrFencedEpoch},
+		"a higher epoch is taken": {st: base, batches: [][]byte{src(10, 1, 9, 0)},
+			entries: "batch(10-10@10,seq10)", writes: 1},
+		"after a failure a request past the mirrored end is refused": {st: resync, batches: [][]byte{src(12, 1, 1, 0)}, code: ErrOutOfOrder},
+		"after a failure a request from the mirrored end is taken": {st: resync, batches: [][]byte{src(10, 1, 1, 0)},
+			entries: "batch(10-10@10,seq10)", writes: 1},
+		"transactional batches are refused": {st: base, batches: [][]byte{src(10, 1, 1, batch.AttrTransactional)}, code: ErrInvalidRecord},
+		"control batches are refused":       {st: base, batches: [][]byte{src(10, 1, 1, batch.AttrControl|batch.AttrTransactional)}, code: ErrInvalidRecord},
+		"batches out of order are refused":  {st: base, batches: [][]byte{src(20, 1, 1, 0), src(15, 1, 1, 0)}, code: ErrInvalidRecord},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := kinds(c.st.Recent) + fmt.Sprint(c.st.Next, c.st.DNext, c.st.Seq, len(c.st.Pending))
+			sets, hs := split(t, c.batches...)
+			p := c.st.Plan(sets, hs, 100)
+			if after := kinds(c.st.Recent) + fmt.Sprint(c.st.Next, c.st.DNext, c.st.Seq, len(c.st.Pending)); after != before {
+				t.Fatal("Plan changed the state it was given")
+			}
+			if p.Refusal.Code != c.code {
+				t.Fatalf("code %d (%s), want %d", p.Refusal.Code, p.Refusal.Msg, c.code)
+			}
+			if c.code != 0 {
+				if p.Refusal.Msg == "" || len(p.Entries)+len(p.Writes) != 0 {
+					t.Fatalf("a refusal without a message, or with work: %+v", p)
+				}
+				return
+			}
+			if got := kinds(p.Entries); got != c.entries {
+				t.Fatalf("entries\n got %s\nwant %s", got, c.entries)
+			}
+			retries := 0
+			for i, w := range p.Writes {
+				h, err := batch.ReadHeader(w.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if h.ProducerID != w.Entry.PID || h.BaseSequence != w.Entry.Seq || h.ProducerEpoch != w.Entry.PEpoch {
+					t.Fatalf("write %d carries producer %d/%d/%d, its entry %d/%d/%d", i, h.ProducerID, h.ProducerEpoch, h.BaseSequence, w.Entry.PID, w.Entry.PEpoch, w.Entry.Seq)
+				}
+				if int64(h.LastOffsetDelta)+1 != int64(w.Entry.Count) {
+					t.Fatalf("write %d holds %d offsets for an entry of %d", i, h.LastOffsetDelta+1, w.Entry.Count)
+				}
+				if w.Retry {
+					retries++
+				}
+			}
+			if len(p.Writes) != c.writes || retries != c.retries {
+				t.Fatalf("%d writes (%d retries), want %d (%d)", len(p.Writes), retries, c.writes, c.retries)
+			}
+			// Applied, the state continues where the plan ends, with the new writes pending.
+			s := c.st
+			s.Apply(p)
+			if c.writes > 0 && s.MirroredEnd() != p.Writes[0].Entry.Src && len(c.st.Pending) == 0 {
+				t.Fatalf("mirrored end %d after applying, want the first pending write %d", s.MirroredEnd(), p.Writes[0].Entry.Src)
+			}
+			for _, w := range p.Writes {
+				s.confirm(w.Entry.Src)
+			}
+			if len(s.Pending) != 0 {
+				t.Fatalf("%d writes still pending after every one was confirmed", len(s.Pending))
+			}
+			if last := hs[len(hs)-1].LastOffset() + 1; s.Next != max(last, c.st.Next) {
+				t.Fatalf("next %d, want %d", s.Next, max(last, c.st.Next))
+			}
+		})
+	}
+}
