@@ -22,9 +22,9 @@ import (
 
 	"offsetgate/internal/testcerts"
 	"offsetgate/internal/testkafka"
+	"offsetgate/magic"
 	"offsetgate/proxy"
 	"offsetgate/rules"
-	"offsetgate/session"
 	ogtls "offsetgate/tls"
 )
 
@@ -461,7 +461,7 @@ func sendWithMagic(ctx context.Context, t *testing.T, cl *kgo.Client, tc *tls.Co
 			addr = fmt.Sprintf("%s:%d", b.Host, b.Port)
 		}
 	}
-	body := session.AppendMagicHeader([]byte{0, 0, 0, 0}, 0, req.Version, 9, "forger")
+	body := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, req.Version, 9, "forger")
 	body = req.AppendTo(body)
 	putSize(body)
 	c, err := tls.Dial("tcp", addr, tc)

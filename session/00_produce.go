@@ -145,7 +145,7 @@ func produceRequest(s *Session, r *request) error {
 	}
 
 	policy := s.cfg.Policy()
-	atOffset := r.magic.valid
+	atOffset := r.magic.Valid
 	var refused []refusal
 	var writes []atOffsetPart
 	for i, t := range req.Topics {
@@ -187,7 +187,7 @@ func produceRequest(s *Session, r *request) error {
 		return nil
 	}
 	if len(refused) == 0 {
-		if r.magic.present && !policy.Native() {
+		if r.magic.Present && !policy.Native() {
 			r.replace = stripMagic(r.frame, r.h)
 			r.magic.stripped = true
 		}
@@ -384,7 +384,7 @@ func spliceProduce(resp *kmsg.ProduceResponse, refused []refusal, version int16)
 func rebuild(frame []byte, h reqHeader, body []byte, native bool) []byte {
 	p := frame[4:]
 	var out []byte
-	if h.magic.present && !native {
+	if h.magic.Present && !native {
 		out = stripMagic(append([]byte{0, 0, 0, 0}, p[:h.bodyOff]...), h)
 	} else {
 		out = append([]byte{0, 0, 0, 0}, p[:h.bodyOff]...)

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
+	"offsetgate/magic"
 	"offsetgate/rules"
 )
 
@@ -80,7 +81,7 @@ func FuzzRequestHeader(f *testing.F) {
 	for _, s := range seedRequests() {
 		f.Add(s[4:])
 	}
-	f.Add(AppendMagicHeader(nil, 0, 11, 5, "mirror"))
+	f.Add(magic.AppendHeader(nil, 0, 11, 5, "mirror"))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := parseReqHeader(p)
 		if err != nil {
@@ -89,15 +90,15 @@ func FuzzRequestHeader(f *testing.F) {
 		if h.bodyOff > len(p) || h.tagsOff > len(p) {
 			t.Fatalf("offsets %d/%d past %d bytes", h.bodyOff, h.tagsOff, len(p))
 		}
-		if !h.magic.present {
+		if !h.magic.Present {
 			return
 		}
 		frame := binary.BigEndian.AppendUint32(nil, uint32(len(p)))
 		frame = append(frame, p...)
 		out := stripMagic(frame, h)
 		h2, err := parseReqHeader(out[4:])
-		if err != nil || h2.magic.present {
-			t.Fatalf("after stripping: %v, magic %v", err, h2.magic.present)
+		if err != nil || h2.magic.Present {
+			t.Fatalf("after stripping: %v, magic %v", err, h2.magic.Present)
 		}
 		if string(out[4+h2.bodyOff:]) != string(p[h.bodyOff:]) {
 			t.Fatal("stripping the tag changed the body")

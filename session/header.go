@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/magic"
 )
 
 // reqHeader is the part of a request header offsetgate reads. kmsg has no request-header type,
@@ -56,9 +58,9 @@ func parseReqHeader(p []byte) (reqHeader, error) {
 	}
 	if flexibleRequest(h.key, h.version) {
 		h.tagsOff = off
-		end, err := readTags(p, off, func(tag uint64, val []byte) {
-			if tag == MagicTag {
-				h.magic = parseMagic(val)
+		end, err := magic.WalkTags(p, off, func(tag uint32, val []byte) {
+			if tag == magic.Tag {
+				h.magic = magicTag{Header: magic.Parse(val)}
 			}
 		})
 		if err != nil {
@@ -71,37 +73,7 @@ func parseReqHeader(p []byte) (reqHeader, error) {
 }
 
 // skipTags skips a tagged-field section starting at off and returns where it ends.
-func skipTags(p []byte, off int) (int, error) { return readTags(p, off, nil) }
-
-// readTags walks a tagged-field section starting at off, handing each tag to fn, and returns
-// where the section ends.
-func readTags(p []byte, off int, fn func(tag uint64, val []byte)) (int, error) {
-	count, n := binary.Uvarint(p[off:])
-	if n <= 0 {
-		return 0, errShortHeader
-	}
-	off += n
-	for i := uint64(0); i < count; i++ {
-		tag, n := binary.Uvarint(p[off:])
-		if n <= 0 {
-			return 0, errShortHeader
-		}
-		off += n
-		size, n := binary.Uvarint(p[off:])
-		if n <= 0 || size > uint64(len(p)) {
-			return 0, errShortHeader
-		}
-		off += n
-		if off+int(size) > len(p) {
-			return 0, errShortHeader
-		}
-		if fn != nil {
-			fn(tag, p[off:off+int(size)])
-		}
-		off += int(size)
-	}
-	return off, nil
-}
+func skipTags(p []byte, off int) (int, error) { return magic.WalkTags(p, off, nil) }
 
 // respHeaderLen is the length of a response header (after the size): the correlation id, and
 // for flexible responses a tagged-field section. ApiVersions responses always use header v0 so

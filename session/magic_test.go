@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/magic"
 	"offsetgate/rules"
 )
 
@@ -14,14 +15,14 @@ func TestMagicHeaderStripped(t *testing.T) {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(11)
 	req.Acks = -1
-	frame := AppendMagicHeader([]byte{0, 0, 0, 0}, 0, 11, 42, "mirror")
+	frame := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, 11, 42, "mirror")
 	frame = req.AppendTo(frame)
 	putLen(frame)
 	h, err := parseReqHeader(frame[4:])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !h.magic.present || !h.magic.valid {
+	if !h.magic.Present || !h.magic.Valid {
 		t.Fatalf("magic tag not read: %+v", h.magic)
 	}
 	fc := &fakeConn{}
@@ -34,7 +35,7 @@ func TestMagicHeaderStripped(t *testing.T) {
 		t.Fatal("the frame went upstream with the magic tag")
 	}
 	h2, err := parseReqHeader(fwd[4:])
-	if err != nil || h2.magic.present || h2.corr != 42 || string(h2.clientID) != "mirror" {
+	if err != nil || h2.magic.Present || h2.corr != 42 || string(h2.clientID) != "mirror" {
 		t.Fatalf("forwarded header %+v, %v", h2, err)
 	}
 	if !bytes.Equal(fwd[4+h2.bodyOff:], frame[4+h.bodyOff:]) {

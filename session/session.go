@@ -367,7 +367,7 @@ func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 			return nil, false, err
 		}
 	}
-	if r.magic.present && !r.magic.stripped && !s.cfg.Policy().Native() && r.replace == nil && r.answer == nil && r.async == nil {
+	if r.magic.Present && !r.magic.stripped && !s.cfg.Policy().Native() && r.replace == nil && r.answer == nil && r.async == nil {
 		// A header tag nobody here understands is never forwarded to a stock broker.
 		r.replace = stripMagic(frame, h)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 
-	"offsetgate/session"
+	"offsetgate/magic"
 )
 
 // Conn is one connection to a broker (or to offsetgate). Not safe for concurrent use.
@@ -106,14 +106,14 @@ func (w *Conn) Pipeline(ctx context.Context, reqs []kmsg.Request, resps []kmsg.R
 	return nil
 }
 
-func (w *Conn) send(req kmsg.Request, magic bool) (int32, error) {
+func (w *Conn) send(req kmsg.Request, withMagic bool) (int32, error) {
 	w.corr++
 	var b []byte
-	if magic {
+	if withMagic {
 		if !req.IsFlexible() {
 			return 0, fmt.Errorf("the magic header needs a flexible request version; %s v%d is not", kmsg.NameForKey(req.Key()), req.GetVersion())
 		}
-		b = session.AppendMagicHeader([]byte{0, 0, 0, 0}, req.Key(), req.GetVersion(), w.corr, w.clientID)
+		b = magic.AppendHeader([]byte{0, 0, 0, 0}, req.Key(), req.GetVersion(), w.corr, w.clientID)
 		b = req.AppendTo(b)
 		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	} else {
