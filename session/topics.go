@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -39,13 +40,17 @@ func (s *Session) knownIDs(r *request, ids []catalog.TopicID, handler func(*Sess
 	if r.resolved || s.cfg.Catalog == nil {
 		return true
 	}
+	var unknown []catalog.TopicID
 	for _, id := range ids {
 		if !s.idKnown(id) {
-			s.lookup(r, nil, handler)
-			return false
+			unknown = append(unknown, id)
 		}
 	}
-	return true
+	if len(unknown) == 0 {
+		return true
+	}
+	s.lookup(r, nil, handler, unknown...)
+	return false
 }
 
 // idKnown reports whether offsetgate can judge a topic named by id: its name is known, or it
@@ -59,11 +64,22 @@ func (s *Session) idKnown(id catalog.TopicID) bool {
 }
 
 // lookup arranges a catalog refresh of names (all topics when nil), after which handler runs
-// again; a failed refresh refuses the request.
-func (s *Session) lookup(r *request, names []string, handler func(*Session, *request) error) {
+// again; a failed refresh refuses the request. Ids the client named come from a broker that
+// knows the topic, while the one offsetgate asks may not know it yet (a topic created a moment
+// ago): the lookup is repeated a few times, for about a second, until they are known.
+func (s *Session) lookup(r *request, names []string, handler func(*Session, *request) error, ids ...catalog.TopicID) {
 	cat := s.cfg.Catalog
 	r.async = func(ctx context.Context) func(*Session, *request) error {
-		err := cat.Refresh(ctx, names)
+		var err error
+		for attempt := 1; ; attempt++ {
+			if err = cat.Refresh(ctx, names); err != nil || attempt == 5 || allKnown(cat, ids) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			}
+		}
 		return func(s *Session, r *request) error {
 			if err != nil {
 				return fmt.Errorf("%w: %s: looking up its topics on the destination: %v", ErrUnjudged, kmsg.NameForKey(r.h.key), err)
@@ -72,6 +88,15 @@ func (s *Session) lookup(r *request, names []string, handler func(*Session, *req
 			return handler(s, r)
 		}
 	}
+}
+
+func allKnown(cat Catalog, ids []catalog.TopicID) bool {
+	for _, id := range ids {
+		if _, ok := cat.ByID(id); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // topicName is a topic's name as a request gives it, or as offsetgate knows it for an id.
