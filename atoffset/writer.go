@@ -17,8 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -30,6 +28,7 @@ import (
 	"offsetgate/batch"
 	"offsetgate/catalog"
 	"offsetgate/ledger"
+	"offsetgate/rawread"
 	"offsetgate/wire"
 )
 
@@ -149,10 +148,11 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	}
 	// The ledger topic has the mirror topic's partition count: partition p's history is
 	// ledger partition p.
-	count, err := w.partitionCount(ctx, p.topic)
+	lp, err := rawread.Lookup(ctx, w.cl, p.topic, partition)
 	if err != nil {
 		return err
 	}
+	count := lp.Partitions
 	if err := w.ledger.Ensure(ctx, p.id, count); err != nil {
 		return err
 	}
@@ -367,11 +367,12 @@ func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []
 		return nil
 	}
 	if p.conn == nil {
-		addr, err := w.leaderAddr(ctx, p, partition)
+		lp, err := rawread.LookupLeader(ctx, w.cl, p.topic, partition)
 		if err != nil {
 			return nil
 		}
-		c, err := w.cfg.Dial(ctx, addr)
+		p.leader = lp.Leader
+		c, err := w.cfg.Dial(ctx, lp.Addr)
 		if err != nil {
 			return nil
 		}
@@ -425,33 +426,6 @@ func (w *Writer) produceRequest(p *part, partition int32, data []byte, version i
 	return req
 }
 
-// leaderAddr is the address of the partition's leader on D.
-func (w *Writer) leaderAddr(ctx context.Context, p *part, partition int32) (string, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(p.topic)
-	req.Topics = append(req.Topics, mt)
-	resp, err := req.RequestWith(ctx, w.cl)
-	if err != nil {
-		return "", err
-	}
-	leader := int32(-1)
-	for _, t := range resp.Topics {
-		for _, pp := range t.Partitions {
-			if pp.Partition == partition {
-				leader = pp.Leader
-			}
-		}
-	}
-	for _, b := range resp.Brokers {
-		if b.NodeID == leader {
-			p.leader = leader
-			return net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), nil
-		}
-	}
-	return "", fmt.Errorf("no leader for %s[%d]", p.topic, partition)
-}
-
 // produce sends one batch to the partition's leader as an idempotent, acks=all Produce and
 // returns the base offset D assigned. Retriable errors are retried with the same bytes (and so
 // the same producer values), which D recognises as duplicates.
@@ -467,12 +441,12 @@ func (w *Writer) produce(ctx context.Context, p *part, partition int32, data []b
 			}
 		}
 		if p.leader < 0 || attempt > 0 {
-			l, err := w.leader(ctx, topic, partition)
+			lp, err := rawread.LookupLeader(ctx, w.cl, topic, partition)
 			if err != nil {
 				last = err
 				continue
 			}
-			p.leader = l
+			p.leader = lp.Leader
 		}
 		leader := p.leader
 		// kgo negotiates the version; v13 names topics by id, so the request carries both.
@@ -499,44 +473,4 @@ func (w *Writer) produce(ctx context.Context, p *part, partition int32, data []b
 		last = err
 	}
 	return 0, last
-}
-
-// topicMetadata asks the destination about one topic.
-func (w *Writer) topicMetadata(ctx context.Context, topic string) (*kmsg.MetadataResponseTopic, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, mt)
-	resp, err := req.RequestWith(ctx, w.cl)
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.Topics) != 1 {
-		return nil, fmt.Errorf("metadata of %s: %d topics answered", topic, len(resp.Topics))
-	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	return &resp.Topics[0], nil
-}
-
-func (w *Writer) partitionCount(ctx context.Context, topic string) (int32, error) {
-	t, err := w.topicMetadata(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	return int32(len(t.Partitions)), nil
-}
-
-func (w *Writer) leader(ctx context.Context, topic string, partition int32) (int32, error) {
-	t, err := w.topicMetadata(ctx, topic)
-	if err != nil {
-		return -1, err
-	}
-	for _, p := range t.Partitions {
-		if p.Partition == partition && p.ErrorCode == 0 && p.Leader >= 0 {
-			return p.Leader, nil
-		}
-	}
-	return -1, fmt.Errorf("no leader for %s[%d]", topic, partition)
 }

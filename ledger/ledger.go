@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/rawread"
 	"offsetgate/rules"
 )
 
@@ -158,89 +159,23 @@ func (l *Ledger) Read(ctx context.Context, topicID string, partition int32) ([]E
 }
 
 // ReadFrom returns the entries of a partition's ledger from ledger offset from up to its high
-// watermark, and the ledger offset to read from next time. It fetches raw batches from the
-// partition's leader with offsetgate's own client, so a reader that follows the tail costs one
-// small request, not a consumer client.
+// watermark, and the ledger offset to read from next time (rawread.Records: raw fetches from
+// the leader with offsetgate's own client). An entry it cannot decode stops the read with the
+// partition, the ledger offset and the reason: a write-ahead ledger that skipped what it
+// cannot read would serve and write on a guess.
 func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, from int64) ([]Entry, int64, error) {
 	topic := Topic(topicID)
-	adm := kadm.NewClient(l.cl)
-	var out []Entry
-	var last error
-	for attempt := 0; attempt < 60; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, from, fmt.Errorf("ledger: reading %s[%d]: %w", topic, partition, ctx.Err())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		// A ledger topic created a moment ago may not be known to every broker yet.
-		md, err := adm.Metadata(ctx, topic)
-		if err != nil {
-			last = err
-			continue
-		}
-		mt, ok := md.Topics[topic]
-		if !ok || mt.Err != nil {
-			last = fmt.Errorf("metadata: %v", mt.Err)
-			continue
-		}
-		mp, ok := mt.Partitions[partition]
-		if !ok || mp.Err != nil || mp.Leader < 0 {
-			last = fmt.Errorf("no leader (%v)", mp.Err)
-			continue
-		}
-		for {
-			req := kmsg.NewPtrFetchRequest()
-			req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, 8<<20
-			rt := kmsg.NewFetchRequestTopic()
-			rt.Topic, rt.TopicID = topic, mt.ID
-			rp := kmsg.NewFetchRequestTopicPartition()
-			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = partition, from, 8<<20, -1, -1
-			rt.Partitions = append(rt.Partitions, rp)
-			req.Topics = append(req.Topics, rt)
-			kr, err := l.cl.Broker(int(mp.Leader)).Request(ctx, req)
-			if err != nil {
-				last = err
-				break
-			}
-			resp := kr.(*kmsg.FetchResponse)
-			if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-				last = errors.New("malformed fetch response")
-				break
-			}
-			p := &resp.Topics[0].Partitions[0]
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				last = err
-				if errors.Is(err, kerr.OffsetOutOfRange) && from < p.LogStartOffset {
-					from = p.LogStartOffset // never happens to a ledger (no retention), but never loop on it
-				}
-				break
-			}
-			fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: from, Topic: topic, Partition: partition,
-				IsolationLevel: kgo.ReadUncommitted()}, p, l.dec, nil)
-			if fp.Err != nil {
-				last = fp.Err
-				break
-			}
-			for _, r := range fp.Records {
-				e, err := Decode(r.Value)
-				if err != nil {
-					// A write-ahead ledger that skipped what it cannot read would serve and
-					// write on a guess: the partition stops here instead.
-					return nil, from, fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
-				}
-				out = append(out, e)
-				from = r.Offset + 1
-			}
-			if from >= p.HighWatermark {
-				return out, from, nil
-			}
-			if len(fp.Records) == 0 {
-				last = fmt.Errorf("no progress at ledger offset %d (high watermark %d)", from, p.HighWatermark)
-				break
-			}
-		}
+	recs, next, err := rawread.Records(ctx, l.cl, topic, partition, from)
+	if err != nil {
+		return nil, from, fmt.Errorf("ledger: %w", err)
 	}
-	return nil, from, fmt.Errorf("ledger: reading %s[%d]: %v", topic, partition, last)
+	out := make([]Entry, 0, len(recs))
+	for _, r := range recs {
+		e, err := Decode(r.Value)
+		if err != nil {
+			return nil, from, fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
+		}
+		out = append(out, e)
+	}
+	return out, next, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
+	"offsetgate/rawread"
 )
 
 // The engine mirrors a set of partitions that can grow while it runs (--topic-regex). Every
@@ -562,7 +563,7 @@ func (f *fetcher) request() (*kmsg.FetchRequest, []*part, time.Duration) {
 	}
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID, req.MinBytes, req.IsolationLevel = -1, 1, 0 // read_uncommitted: markers and open transactions are seen
-	req.MaxWaitMillis = int32(fetchWait.Milliseconds())
+	req.MaxWaitMillis = int32(rawread.FetchWait.Milliseconds())
 	if busy || !e.cfg.follow {
 		req.MaxWaitMillis = int32(busyWait.Milliseconds())
 	}
@@ -656,7 +657,7 @@ func (f *fetcher) handle(ctx context.Context, asked []*part, resp *kmsg.FetchRes
 func (e *engine) takeLocked(p *part, records []byte) {
 	sets, hs, err := batch.Split(records)
 	if errors.Is(err, batch.ErrTruncated) {
-		sets, err = wholeBatches(records), nil
+		sets, err = rawread.WholeBatches(records), nil
 		hs = hs[:0]
 		for _, b := range sets {
 			h, _ := batch.ReadHeader(b)
@@ -715,7 +716,7 @@ func (f *fetcher) checkRange(ctx context.Context, p *part) {
 	e.mu.Lock()
 	topic, num, next := p.topic, p.num, p.next
 	e.mu.Unlock()
-	err := (&Reader{src: e.src, topic: topic, part: num}).outOfRange(ctx, next)
+	err := rawread.New(e.src, topic, num).OutOfRange(ctx, next)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"offsetgate/rawread"
 	"offsetgate/rules"
 	"offsetgate/wire"
 )
@@ -325,6 +326,10 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	return sum, nil
 }
 
+// ErrSourceBackwards stops a partition whose source went backwards: truncated below the
+// mirrored end, or deleted and recreated. Mirroring on would not be exact.
+var ErrSourceBackwards = rawread.ErrWentBackwards
+
 // InputError is a run refused before anything was written: an unreachable cluster, a missing
 // topic, a destination topic that is not a mirror topic or has another partition count, a
 // source recreated since the mirror began.
@@ -486,7 +491,7 @@ func resolveTopics(ctx context.Context, sadm *kadm.Client, named []string, re *r
 // FetchRaw reads whole record batches from the source partition's leader at offset (one
 // fetch; a Reader keeps the partition's leader and topic id between fetches).
 func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, offset int64, maxBytes int32) ([][]byte, error) {
-	sets, _, err := NewReader(src, topic, part).Fetch(ctx, offset, maxBytes)
+	sets, _, err := rawread.New(src, topic, part).Fetch(ctx, offset, maxBytes)
 	return sets, err
 }
 
@@ -552,24 +557,14 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 }
 
 func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (string, error) {
-	md, err := kadm.NewClient(px).Metadata(ctx, topic)
+	lp, err := rawread.Lookup(ctx, px, topic, part)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("through offsetgate: %w", err)
 	}
-	t, ok := md.Topics[topic]
-	if !ok || t.Err != nil {
-		return "", fmt.Errorf("metadata of %s through offsetgate: %v", topic, t.Err)
+	if lp.Leader < 0 || lp.Addr == "" {
+		return "", fmt.Errorf("no leader for %s[%d] through offsetgate", topic, part)
 	}
-	p, ok := t.Partitions[part]
-	if !ok || p.Leader < 0 {
-		return "", fmt.Errorf("no leader for %s[%d]", topic, part)
-	}
-	for _, b := range md.Brokers {
-		if b.NodeID == p.Leader {
-			return fmt.Sprintf("%s:%d", b.Host, b.Port), nil
-		}
-	}
-	return "", fmt.Errorf("broker %d not in metadata", p.Leader)
+	return lp.Addr, nil
 }
 
 // connPool keeps the magic-header connections to offsetgate's brokers. offsetgate handles a

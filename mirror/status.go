@@ -2,17 +2,19 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"offsetgate/catalog"
 	"offsetgate/ledger"
+	"offsetgate/rawread"
 	"offsetgate/rules"
 )
 
@@ -88,9 +90,12 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		}
 		for p := range t.Partitions {
 			ps := PartitionStatus{Topic: m.Topic, Partition: p, End: -1, Epoch: -1}
-			recs, err := readTopic(ctx, px, ledger.Topic(id), p)
-			if err != nil && !strings.Contains(err.Error(), "UNKNOWN_TOPIC") {
-				return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
+			var recs []*kgo.Record
+			if _, err := rawread.Lookup(ctx, px, ledger.Topic(id), p); !errors.Is(err, kerr.UnknownTopicOrPartition) {
+				// A partition never written has no ledger topic yet.
+				if recs, err = readTopic(ctx, px, ledger.Topic(id), p); err != nil {
+					return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
+				}
 			}
 			for _, r := range recs {
 				e, err := ledger.Decode(r.Value)
@@ -155,44 +160,6 @@ func lag(ends, starts kadm.ListedOffsets, err error, topic string, p int32, mirr
 
 // readTopic reads one partition of a topic from its start to its end at the time of the call.
 func readTopic(ctx context.Context, cl *kgo.Client, topic string, p int32) ([]*kgo.Record, error) {
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	end, ok := ends.Lookup(topic, p)
-	if !ok {
-		return nil, fmt.Errorf("UNKNOWN_TOPIC %s", topic)
-	}
-	if end.Err != nil {
-		return nil, end.Err
-	}
-	if end.Offset == 0 {
-		return nil, nil
-	}
-	opts := cl.Opts()
-	rd, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))...)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	var out []*kgo.Record
-	for {
-		fs := rd.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
-		if ferr != nil {
-			return nil, ferr
-		}
-		done := false
-		fs.EachRecord(func(r *kgo.Record) {
-			out = append(out, r)
-			done = done || r.Offset+1 >= end.Offset
-		})
-		if done {
-			return out, nil
-		}
-	}
+	recs, _, err := rawread.Records(ctx, cl, topic, p, 0)
+	return recs, err
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
-	"offsetgate/mirror"
+	"offsetgate/rawread"
 )
 
 // Level is what is compared.
@@ -188,7 +188,7 @@ func boundsOnce(ctx context.Context, adm *kadm.Client, topic string) (map[int32]
 
 // stream hands out one side's batches in order.
 type stream struct {
-	rd   *mirror.Reader
+	rd   *rawread.Reader
 	next int64
 	to   int64
 	max  int32
@@ -235,8 +235,8 @@ func compare(ctx context.Context, cfg Config, r *Result) error {
 	if r.From >= r.To {
 		return nil
 	}
-	src := &stream{rd: mirror.NewReader(cfg.Source, cfg.Topic, r.Partition), next: r.From, to: r.To, max: cfg.MaxBytes}
-	px := &stream{rd: mirror.NewReader(cfg.Proxy, cfg.Topic, r.Partition), next: r.From, to: r.To, max: cfg.MaxBytes}
+	src := &stream{rd: rawread.New(cfg.Source, cfg.Topic, r.Partition), next: r.From, to: r.To, max: cfg.MaxBytes}
+	px := &stream{rd: rawread.New(cfg.Proxy, cfg.Topic, r.Partition), next: r.From, to: r.To, max: cfg.MaxBytes}
 	if cfg.Level == Records {
 		return compareRecords(ctx, src, px, r)
 	}

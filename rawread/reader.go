@@ -1,4 +1,8 @@
-package mirror
+// Package rawread reads one partition's raw record batches from its leader, with a client of
+// its caller's (the source's, offsetgate's own, or one through offsetgate): the mirror, the
+// prover, the ledger and status all read this way. It also holds the one uncached leader lookup
+// they share.
+package rawread
 
 import (
 	"context"
@@ -14,12 +18,12 @@ import (
 	"offsetgate/batch"
 )
 
-// ErrSourceBackwards stops a partition whose source went backwards: truncated below the
-// mirrored end, or deleted and recreated. Mirroring on would not be exact.
-var ErrSourceBackwards = errors.New("the source went backwards")
+// ErrWentBackwards is a partition that went backwards under a reader: truncated below the
+// offset it reads, or its topic deleted and recreated. Reading on would not be exact.
+var ErrWentBackwards = errors.New("the source went backwards")
 
-// Reader fetches one source partition's raw batches from its leader, remembering the topic
-// id and leader between fetches, and notices when the source went backwards.
+// Reader fetches one partition's raw batches from its leader, remembering the topic id and
+// leader between fetches, and notices when the partition went backwards.
 type Reader struct {
 	src    *kgo.Client
 	topic  string
@@ -29,50 +33,34 @@ type Reader struct {
 	known  bool // id and leader were learned
 }
 
-// NewReader makes a reader of one partition.
-func NewReader(src *kgo.Client, topic string, part int32) *Reader {
+// New makes a reader of one partition.
+func New(src *kgo.Client, topic string, part int32) *Reader {
 	return &Reader{src: src, topic: topic, part: part}
 }
 
-// fetchWait is how long a fetch waits on the leader for data to arrive.
-const fetchWait = 500 * time.Millisecond
+// FetchWait is how long a fetch waits on the leader for data to arrive.
+const FetchWait = 500 * time.Millisecond
 
 func (r *Reader) refresh(ctx context.Context) error {
-	// A raw request: kadm answers metadata from the client's cache, which would keep showing a
+	// Uncached: kadm answers metadata from the client's cache, which would keep showing a
 	// deleted topic's old id for a while.
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(r.topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, r.src)
+	lp, err := Lookup(ctx, r.src, r.topic, r.part)
 	if err != nil {
+		if errors.Is(err, kerr.UnknownTopicOrPartition) && r.known {
+			return fmt.Errorf("%w: source topic %s was deleted", ErrWentBackwards, r.topic)
+		}
 		return err
 	}
-	if len(resp.Topics) != 1 {
-		return fmt.Errorf("source metadata of %s: %d topics answered", r.topic, len(resp.Topics))
+	if r.known && lp.TopicID != r.id {
+		return fmt.Errorf("%w: source topic %s was deleted and recreated (topic id changed)", ErrWentBackwards, r.topic)
 	}
-	t := resp.Topics[0]
-	if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-		if errors.Is(err, kerr.UnknownTopicOrPartition) && r.known {
-			return fmt.Errorf("%w: source topic %s was deleted", ErrSourceBackwards, r.topic)
-		}
-		return fmt.Errorf("source topic %s: %w", r.topic, err)
-	}
-	if r.known && t.TopicID != r.id {
-		return fmt.Errorf("%w: source topic %s was deleted and recreated (topic id changed)", ErrSourceBackwards, r.topic)
-	}
-	for _, p := range t.Partitions {
-		if p.Partition == r.part {
-			r.id, r.leader, r.known = t.TopicID, p.Leader, true
-			return nil
-		}
-	}
-	return fmt.Errorf("source partition %s[%d] does not exist", r.topic, r.part)
+	r.id, r.leader, r.known = lp.TopicID, lp.Leader, true
+	return nil
 }
 
 // Fetch returns the whole batches at offset (a trailing partial batch left out; one batch
 // larger than maxBytes asked for again whole) and the partition's high watermark. Transient
-// errors are retried; a source that went backwards is an ErrSourceBackwards.
+// errors are retried; a source that went backwards is an ErrWentBackwards.
 func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]byte, int64, error) {
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
@@ -85,7 +73,7 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 				}
 			}
 			if err := r.refresh(ctx); err != nil {
-				if errors.Is(err, ErrSourceBackwards) {
+				if errors.Is(err, ErrWentBackwards) {
 					return nil, 0, err
 				}
 				last = err
@@ -93,7 +81,7 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 			}
 		}
 		req := kmsg.NewPtrFetchRequest()
-		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = int32(fetchWait.Milliseconds()), 1, maxBytes, -1
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = int32(FetchWait.Milliseconds()), 1, maxBytes, -1
 		req.IsolationLevel = 0 // read_uncommitted: markers and open transactions are seen
 		ft := kmsg.NewFetchRequestTopic()
 		ft.Topic, ft.TopicID = r.topic, r.id
@@ -118,7 +106,7 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 		p := resp.Topics[0].Partitions[0]
 		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 			if errors.Is(err, kerr.OffsetOutOfRange) {
-				if err := r.outOfRange(ctx, offset); err != nil {
+				if err := r.OutOfRange(ctx, offset); err != nil {
 					return nil, 0, err
 				}
 			}
@@ -127,7 +115,7 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 		}
 		sets, _, err := batch.Split(p.RecordBatches)
 		if errors.Is(err, batch.ErrTruncated) {
-			sets, err = wholeBatches(p.RecordBatches), nil
+			sets, err = WholeBatches(p.RecordBatches), nil
 		}
 		if err != nil {
 			return nil, 0, err
@@ -145,9 +133,9 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 	return nil, 0, last
 }
 
-// outOfRange tells a source that went backwards (its end is below offset) from a moment of
+// OutOfRange tells a partition that went backwards (its end is below offset) from a moment of
 // leader change; it returns an error only for the former, or for records lost to retention.
-func (r *Reader) outOfRange(ctx context.Context, offset int64) error {
+func (r *Reader) OutOfRange(ctx context.Context, offset int64) error {
 	adm := kadm.NewClient(r.src)
 	ends, err := adm.ListEndOffsets(ctx, r.topic)
 	if err != nil {
@@ -161,14 +149,16 @@ func (r *Reader) outOfRange(ctx context.Context, offset int64) error {
 	s, _ := starts.Lookup(r.topic, r.part)
 	switch {
 	case e.Err == nil && offset > e.Offset:
-		return fmt.Errorf("%w: source partition %s[%d] now ends at %d, below the mirrored end %d (truncated)", ErrSourceBackwards, r.topic, r.part, e.Offset, offset)
+		return fmt.Errorf("%w: source partition %s[%d] now ends at %d, below the mirrored end %d (truncated)", ErrWentBackwards, r.topic, r.part, e.Offset, offset)
 	case s.Err == nil && offset < s.Offset:
 		return fmt.Errorf("the source's log start moved to %d, beyond the mirrored end %d: records were lost to retention before they were mirrored", s.Offset, offset)
 	}
 	return nil
 }
 
-func wholeBatches(b []byte) [][]byte {
+// WholeBatches is the whole batches at the start of b (a fetch answer that ends in a partial
+// batch).
+func WholeBatches(b []byte) [][]byte {
 	var out [][]byte
 	for len(b) >= batch.HeaderLen {
 		h, err := batch.ReadHeader(b)

@@ -1,0 +1,100 @@
+package rawread
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/batch"
+)
+
+var decompressor = kgo.DefaultDecompressor()
+
+// Records reads a partition's records from offset from up to its high watermark at the time
+// of the call, and returns them with the offset to read from next time. It fetches raw batches
+// from the leader with the caller's client, so a reader that follows a partition's tail costs
+// one small request, not a consumer client of its own. Transient errors (no leader yet, a topic
+// created a moment ago) are retried for about six seconds.
+func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64) ([]*kgo.Record, int64, error) {
+	var out []*kgo.Record
+	var last error
+	for attempt := 0; attempt < 60; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, from, fmt.Errorf("reading %s[%d]: %w", topic, partition, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		lp, err := Lookup(ctx, cl, topic, partition)
+		if err != nil {
+			last = err
+			continue
+		}
+		if lp.Leader < 0 {
+			last = fmt.Errorf("no leader for %s[%d]", topic, partition)
+			continue
+		}
+		for {
+			req := kmsg.NewPtrFetchRequest()
+			req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, 8<<20
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic, rt.TopicID = topic, lp.TopicID
+			rp := kmsg.NewFetchRequestTopicPartition()
+			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = partition, from, 8<<20, -1, -1
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			kr, err := cl.Broker(int(lp.Leader)).Request(ctx, req)
+			if err != nil {
+				last = err
+				break
+			}
+			resp := kr.(*kmsg.FetchResponse)
+			if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+				last = errors.New("malformed fetch response")
+				break
+			}
+			p := &resp.Topics[0].Partitions[0]
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				last = err
+				if errors.Is(err, kerr.OffsetOutOfRange) && from < p.LogStartOffset {
+					from = p.LogStartOffset // retention removed the start: read what is left
+				}
+				break
+			}
+			if from >= p.HighWatermark {
+				return out, from, nil
+			}
+			fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: from, Topic: topic, Partition: partition,
+				IsolationLevel: kgo.ReadUncommitted()}, p, decompressor, nil)
+			if fp.Err != nil {
+				last = fp.Err
+				break
+			}
+			for _, r := range fp.Records {
+				out = append(out, r)
+				from = r.Offset + 1
+			}
+			// Batches with no record to hand out (control batches, or records compacted away)
+			// still move the reader past them.
+			if ws := WholeBatches(p.RecordBatches); len(ws) > 0 {
+				if h, err := batch.ReadHeader(ws[len(ws)-1]); err == nil {
+					from = max(from, h.LastOffset()+1)
+				}
+			}
+			if from >= p.HighWatermark {
+				return out, from, nil
+			}
+			if len(fp.Records) == 0 {
+				last = fmt.Errorf("no progress at offset %d (high watermark %d)", from, p.HighWatermark)
+				break
+			}
+		}
+	}
+	return nil, from, fmt.Errorf("reading %s[%d]: %v", topic, partition, last)
+}
