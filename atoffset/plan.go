@@ -2,6 +2,7 @@ package atoffset
 
 import (
 	"fmt"
+	"time"
 
 	"offsetgate/batch"
 	"offsetgate/ledger"
@@ -187,4 +188,44 @@ func (s *State) confirm(src int64) {
 			return
 		}
 	}
+}
+
+// Replayed is a partition's state rebuilt from its ledger, with what the ledger says beyond
+// planning: the last ownership claim, a halt, and how many batches and fillers it records.
+type Replayed struct {
+	State
+	Owner      string
+	OwnerUntil time.Time
+	Halted     string
+	Batches    int64
+	Fillers    int64 // filler records
+	Entries    int
+}
+
+// Replay rebuilds a partition's state from its ledger entries, in order: what a writer taking
+// over the partition starts from, and what offsetgate status shows. Pending writes are not
+// known from the ledger alone (they depend on D's high watermark): the writer adds them.
+func Replay(es []ledger.Entry) Replayed {
+	r := Replayed{State: State{Next: -1, Epoch: -1}, Entries: len(es)}
+	for _, e := range es {
+		switch e.Kind {
+		case ledger.KindSegment:
+			r.Segments = append(r.Segments, Segment{Src: e.Src, Delta: e.Delta})
+		case ledger.KindBatch, ledger.KindFiller:
+			r.remember(e)
+			r.Next, r.DNext = e.Last+1, e.D+int64(e.Count)
+			r.PID, r.PEpoch, r.Seq = e.PID, e.PEpoch, e.Seq+e.Count
+			if e.Kind == ledger.KindBatch {
+				r.Batches++
+				r.Epoch = max(r.Epoch, e.Epoch)
+			} else {
+				r.Fillers += int64(e.Count)
+			}
+		case ledger.KindOwner:
+			r.Owner, r.OwnerUntil = e.Owner, e.Until
+		case ledger.KindHalt:
+			r.Halted = e.Reason
+		}
+	}
+	return r
 }

@@ -180,3 +180,35 @@ func TestPlan(t *testing.T) {
 		})
 	}
 }
+
+// A writer taking a partition over (and offsetgate status) rebuild from the ledger the state
+// the writer had: replaying what the plans recorded gives the same state.
+func TestReplay(t *testing.T) {
+	s := fresh(3)
+	var ledgerEntries []ledger.Entry
+	for _, req := range [][][]byte{
+		{src(100, 3, 1, 0)},
+		{src(103, 2, 1, 0), src(110, 1, 2, 0)},
+		{src(5000, 4, 2, 0)},
+	} {
+		sets, hs := split(t, req...)
+		p := s.Plan(sets, hs, 100)
+		if p.Refusal.Code != 0 {
+			t.Fatal(p.Refusal.Msg)
+		}
+		s.Apply(p)
+		for _, w := range p.Writes {
+			s.confirm(w.Entry.Src)
+		}
+		ledgerEntries = append(ledgerEntries, p.Entries...)
+	}
+	ledgerEntries = append(ledgerEntries, ledger.Entry{Kind: ledger.KindOwner, Owner: "a"})
+	r := Replay(ledgerEntries)
+	if r.Next != s.Next || r.DNext != s.DNext || r.Seq != s.Seq || r.Epoch != s.Epoch || r.PID != s.PID ||
+		fmt.Sprint(r.Segments) != fmt.Sprint(s.Segments) || kinds(r.Recent) != kinds(s.Recent) {
+		t.Fatalf("replayed %+v\nwriter had %+v", r.State, s)
+	}
+	if r.Batches != 4 || r.Fillers != 5 || r.Owner != "a" || r.Entries != len(ledgerEntries) {
+		t.Fatalf("replayed batches %d fillers %d owner %q", r.Batches, r.Fillers, r.Owner)
+	}
+}

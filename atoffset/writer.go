@@ -160,25 +160,11 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range es {
-		switch e.Kind {
-		case ledger.KindSegment:
-			p.st.Segments = append(p.st.Segments, Segment{Src: e.Src, Delta: e.Delta})
-		case ledger.KindBatch, ledger.KindFiller:
-			p.st.remember(e)
-			p.st.Next, p.st.DNext = e.Last+1, e.D+int64(e.Count)
-			p.st.PID, p.st.PEpoch, p.st.Seq = e.PID, e.PEpoch, e.Seq+e.Count
-			if e.Kind == ledger.KindBatch && e.Epoch > p.st.Epoch {
-				p.st.Epoch = e.Epoch
-			}
-		case ledger.KindOwner:
-			if e.Owner != w.cfg.Instance && time.Now().Before(e.Until) {
-				return &ownedError{owner: e.Owner, until: e.Until}
-			}
-		case ledger.KindHalt:
-			p.halted = e.Reason
-		}
+	r := Replay(es)
+	if r.Owner != "" && r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
+		return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 	}
+	p.st, p.halted = r.State, r.Halted
 	// What D holds for sure is below its high watermark; entries at or beyond it may or may not
 	// be written, and are retried with their own producer values before anything new.
 	hwm, err := w.highWatermark(ctx, p.topic, partition)

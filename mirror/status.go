@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"offsetgate/atoffset"
 	"offsetgate/catalog"
 	"offsetgate/ledger"
 	"offsetgate/rawread"
@@ -97,29 +98,26 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 					return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
 				}
 			}
+			es := make([]ledger.Entry, 0, len(recs))
 			for _, r := range recs {
 				e, err := ledger.Decode(r.Value)
 				if err != nil {
 					ps.Halted = fmt.Sprintf("the ledger cannot be read at ledger offset %d: %v", r.Offset, err)
 					break
 				}
-				switch e.Kind {
-				case ledger.KindSegment:
-					ps.Shifts = append(ps.Shifts, map[string]int64{"from_source_offset": e.Src, "delta": e.Delta})
-				case ledger.KindBatch:
-					ps.Batches++
-					ps.End = e.Last + 1
-					ps.Epoch = max(ps.Epoch, e.Epoch)
-				case ledger.KindFiller:
-					ps.Fillers += int64(e.Count)
-					ps.End = e.Last + 1
-				case ledger.KindOwner:
-					if time.Now().Before(e.Until) {
-						ps.Owner = e.Owner
-					}
-				case ledger.KindHalt:
-					ps.Halted = e.Reason
-				}
+				es = append(es, e)
+			}
+			// The same replay a writer taking the partition over starts from.
+			rp := atoffset.Replay(es)
+			ps.End, ps.Epoch, ps.Batches, ps.Fillers = rp.Next, rp.Epoch, rp.Batches, rp.Fillers
+			for _, sg := range rp.Segments {
+				ps.Shifts = append(ps.Shifts, map[string]int64{"from_source_offset": sg.Src, "delta": sg.Delta})
+			}
+			if time.Now().Before(rp.OwnerUntil) {
+				ps.Owner = rp.Owner
+			}
+			if ps.Halted == "" {
+				ps.Halted = rp.Halted
 			}
 			if src != nil {
 				ps.SourceEnd, ps.Lag, ps.LagUnknown = lag(srcEnds, srcStarts, srcErr, m.Topic, p, ps.End)
