@@ -295,7 +295,7 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			continue
 		}
 		batch.Restore(b, batch.Source{BaseOffset: e.Src, LeaderEpoch: e.Epoch, Attributes: e.Attrs, MaxTimestamp: e.MaxTS,
-			ProducerID: e.PID, ProducerEpoch: e.PEpoch, BaseSequence: e.Seq, CRC: e.CRC, Length: e.Len})
+			ProducerID: e.SrcPID, ProducerEpoch: e.SrcPEpoch, BaseSequence: e.SrcSeq, CRC: e.CRC, Length: e.Len})
 		if out != nil {
 			out = append(out, b...)
 		} else {

@@ -35,15 +35,17 @@ type Entry struct {
 	Count  int32
 	Filler bool
 
-	// The source batch's header fields that differ on the destination (batches only).
-	Epoch  int32
-	CRC    uint32
-	Len    int32
-	Attrs  int16
-	MaxTS  int64
-	PID    int64
-	PEpoch int16
-	Seq    int32
+	// The source batch's header fields that differ on the destination (batches only): its
+	// leader epoch, CRC, length, attributes, max timestamp, and the source producer's id,
+	// epoch and base sequence (D holds offsetgate's own producer's).
+	Epoch     int32
+	CRC       uint32
+	Len       int32
+	Attrs     int16
+	MaxTS     int64
+	SrcPID    int64
+	SrcPEpoch int16
+	SrcSeq    int32
 }
 
 // end is the destination offset after the entry.
@@ -92,7 +94,7 @@ func (p *Partition) add(es []ledger.Entry) {
 		e := Entry{D: le.D, Src: le.Src, Last: le.Last, Count: le.Count, Filler: le.Kind == ledger.KindFiller}
 		if !e.Filler {
 			e.Epoch, e.CRC, e.Len, e.Attrs, e.MaxTS = le.Epoch, le.CRC, le.Len, le.Attrs, le.MaxTS
-			e.PID, e.PEpoch, e.Seq = le.SrcPID, le.SrcPEpoch, le.SrcSeq
+			e.SrcPID, e.SrcPEpoch, e.SrcSeq = le.SrcPID, le.SrcPEpoch, le.SrcSeq
 			if n := len(p.epochs); n == 0 || e.Epoch > p.epochs[n-1].epoch {
 				p.epochs = append(p.epochs, epochStart{e.Epoch, e.Src})
 			}
