@@ -16,12 +16,6 @@ import (
 	ogtls "offsetgate/tls"
 )
 
-// tlsResult is one produce saturation measurement of a path.
-type tlsResult struct {
-	Path string
-	MBps float64
-}
-
 func tlsProduce(ctx context.Context, t testing.TB, addrs []string, tc *tls.Config, topic string, bytes int64, size int) float64 {
 	opts := []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.ProducerBatchMaxBytes(1 << 20), kgo.RecordPartitioner(kgo.RoundRobinPartitioner())}

@@ -50,13 +50,9 @@ type Relay struct {
 	wg    sync.WaitGroup
 }
 
-// New starts a relay to target that sees Kafka frames.
-func New(target string) (*Relay, error) { return start(target, false) }
-
-// NewRaw starts a relay that sees bytes as they are read (for TLS traffic, where frames are
-// not visible): a fault gets each chunk, and Drop cuts the connection there.
-func NewRaw(target string) (*Relay, error) { return start(target, true) }
-
+// start starts a relay to target that sees Kafka frames, or, with raw, bytes as they are read
+// (for TLS traffic, where frames are not visible: a fault gets each chunk, and Drop cuts the
+// connection there).
 func start(target string, raw bool) (*Relay, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
