@@ -104,30 +104,35 @@ type snapshot struct {
 	at             time.Time
 }
 
-// run reports until stop is closed. live redraws a table in place (a terminal); otherwise
-// one line per partition is written every interval.
+// run reports until stop is closed, once a second: the gauges at every tick, and lines every
+// interval (live redraws a table in place on a terminal; otherwise one line per partition).
 func (t *tracker) run(w io.Writer, live bool, interval time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	t.report(w, live, interval, tick.C, stop)
+}
+
+// report is run with the ticks given (a test sends its own, with the times it wants).
+func (t *tracker) report(w io.Writer, live bool, interval time.Duration, tick <-chan time.Time, stop <-chan struct{}) {
 	if live || interval <= 0 {
 		interval = time.Second
 	}
-	// The gauges follow every second; lines are written every interval.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	prev := map[*partStats]snapshot{}
 	drawn := 0
-	last := time.Now()
+	var last time.Time
 	for {
+		var now time.Time
 		select {
 		case <-stop:
 			t.update()
 			return
-		case <-tick.C:
+		case now = <-tick:
 		}
 		t.update()
-		if w == nil || time.Since(last) < interval-50*time.Millisecond {
+		if w == nil || (!last.IsZero() && now.Sub(last) < interval-50*time.Millisecond) {
 			continue
 		}
-		last = time.Now()
+		last = now
 		t.mu.Lock()
 		parts := append([]*partStats(nil), t.parts...)
 		t.mu.Unlock()
@@ -146,7 +151,6 @@ func (t *tracker) run(w io.Writer, live bool, interval time.Duration, stop <-cha
 			fmt.Fprintf(&b, "%-40s %12s %12s %10s %12s %10s  %s\n", "PARTITION", "MIRRORED", "SOURCE END", "LAG", "RECORDS/S", "MB/S", "STATE")
 			lines++
 		}
-		now := time.Now()
 		for _, p := range parts {
 			s := snapshot{p.records.Load(), p.bytes.Load(), now}
 			rr, br := 0.0, 0.0

@@ -44,11 +44,14 @@ func TestTrackerLiveAndMetrics(t *testing.T) {
 	var out syncBuf
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { tr.run(&out, true, 0, stop); close(done) }()
-	time.Sleep(1200 * time.Millisecond)
+	tick := make(chan time.Time)
+	go func() { tr.report(&out, true, 0, tick, stop); close(done) }()
+	t0 := time.Now()
+	tick <- t0
 	p.records.Store(1000)
 	p.offset.Store(200)
-	time.Sleep(1100 * time.Millisecond)
+	tick <- t0.Add(time.Second)
+	tick <- t0.Add(2 * time.Second) // taken once the second tick was reported
 	close(stop)
 	<-done
 	s := out.String()
@@ -76,11 +79,9 @@ func TestTrackerUnknownEnds(t *testing.T) {
 	var out syncBuf
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { tr.run(&out, false, time.Second, stop); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(out.String(), "wide[7]") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	tick := make(chan time.Time)
+	go func() { tr.report(&out, false, time.Second, tick, stop); close(done) }()
+	tick <- time.Now()
 	close(stop)
 	<-done
 	s := out.String()
