@@ -2,8 +2,8 @@ package mirror
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
