@@ -120,20 +120,21 @@ func (s *Server) BootstrapAddr() string { return s.cfg.Listen }
 
 func (s *Server) sessionConfig(log *zap.Logger, mapped bool) session.Config {
 	return session.Config{
-		Admit:           s.admit(mapped),
-		OnIdentity:      s.logIdentity(log),
-		MaxFrame:        s.cfg.Limits.MaxFrameBytes,
-		MaxInFlight:     s.cfg.Limits.MaxInFlight,
-		ClientHighWater: s.cfg.Limits.ClientHighWaterBytes,
-		Addresses:       s.brokers,
-		Observer:        observer{s.metrics},
-		Log:             log,
-		Draining:        s.draining.Load,
-		InFlight:        &s.inFlight,
-		Policy:          s.policy.Load,
-		Catalog:         s.sessionCatalog(),
-		Mirror:          s.sessionMirror(),
-		View:            s.sessionView(),
+		Admit:            s.admit(mapped),
+		UpstreamLoggedIn: mapped,
+		OnIdentity:       s.logIdentity(log),
+		MaxFrame:         s.cfg.Limits.MaxFrameBytes,
+		MaxInFlight:      s.cfg.Limits.MaxInFlight,
+		ClientHighWater:  s.cfg.Limits.ClientHighWaterBytes,
+		Addresses:        s.brokers,
+		Observer:         observer{s.metrics},
+		Log:              log,
+		Draining:         s.draining.Load,
+		InFlight:         &s.inFlight,
+		Policy:           s.policy.Load,
+		Catalog:          s.sessionCatalog(),
+		Mirror:           s.sessionMirror(),
+		View:             s.sessionView(),
 	}
 }
 
@@ -498,6 +499,8 @@ func closeKind(side string, err error) string {
 		return "tls"
 	case errors.Is(err, session.ErrForbidden):
 		return "forbidden"
+	case errors.Is(err, session.ErrLogin):
+		return "authentication"
 	case side == "upstream":
 		return "upstream"
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed),
