@@ -57,7 +57,7 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		}
 		c = tc
 	}
-	id := identityOf(c)
+	id := identityOf(c, log)
 	creds := s.mapping(id)
 	nc := &netClient{srv: s, node: node, client: c, resume: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	nc.sess = session.New(s.sessionConfig(nc.log, creds != nil), nc)
