@@ -310,43 +310,6 @@ func (s *Server) sessionCatalog() session.Catalog {
 	return s.catalog
 }
 
-// watchConfig re-reads the configuration file when it changes and applies its mirroring
-// section; connections stay up. A file that does not validate changes nothing.
-func (s *Server) watchConfig(ctx context.Context) {
-	stamp := func() string {
-		st, err := os.Stat(s.cfg.Path)
-		if err != nil {
-			return ""
-		}
-		return fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
-	}
-	last := stamp()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-		now := stamp()
-		if now == last || now == "" {
-			continue
-		}
-		last = now
-		c, err := LoadConfig(s.cfg.Path)
-		if err != nil {
-			s.log.Error("config reload failed; the previous mirroring rules stay", zap.Error(err))
-			continue
-		}
-		pol, err := rules.NewPolicy(c.Mirroring)
-		if err != nil {
-			s.log.Error("config reload failed; the previous mirroring rules stay", zap.Error(err))
-			continue
-		}
-		s.policy.Store(pol)
-		s.log.Info("mirroring rules reloaded", zap.Int("clients", len(c.Mirroring.Clients)))
-	}
-}
-
 // Policy is the mirroring rules in force.
 func (s *Server) Policy() *rules.Policy { return s.policy.Load() }
 
