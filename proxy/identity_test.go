@@ -5,6 +5,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	zapobserver "go.uber.org/zap/zaptest/observer"
+	"gopkg.in/yaml.v3"
 
 	"offsetgate/internal/testcerts"
 	"offsetgate/internal/testkafka"
@@ -392,5 +399,70 @@ func TestNeverMatchingRulesRefused(t *testing.T) {
 	ok.Defaults()
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("rules that can match: %v", err)
+	}
+}
+
+// A live offsetgate whose configuration file changes in sections read at start only warns,
+// naming each, and keeps serving with the rules it has.
+func TestReloadWarnsAboutStartOnlySections(t *testing.T) {
+	pair := testkafka.Shared(t)
+	dir := t.TempDir()
+	certs, err := testcerts.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := proxy.Config{
+		Listen:    "127.0.0.1:" + itoa(freeBase(t, pair.Dest)),
+		Bootstrap: pair.Dest.Addrs(),
+		TLS: proxy.TLSConfig{Listener: &ogtls.ServerConfig{CertFile: certs.Server.CertFile, KeyFile: certs.Server.KeyFile,
+			ClientCAFile: certs.CA.CertFile, ClientAuth: "request"}},
+		Mirroring: rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://acme/mirror", Topics: []string{"reload-*"}}}},
+		Path:      filepath.Join(dir, "offsetgate.yaml"),
+	}
+	write := func(c proxy.Config) {
+		t.Helper()
+		b, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfg.Path+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cfg.Path+".tmp", cfg.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(cfg)
+	core, logs := zapobserver.New(zapcore.InfoLevel)
+	srv, err := proxy.New(cfg, zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("offsetgate did not start: %v", err)
+	}
+	next := cfg
+	tl := *cfg.TLS.Listener
+	tl.HandshakeTimeout = 3 * time.Second
+	next.TLS.Listener = &tl
+	next.Identities.AllowSharedUpstreamIdentity = true
+	write(next)
+	waitFor(t, 15*time.Second, func() bool {
+		warned := map[string]bool{}
+		for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
+			if s, ok := e.ContextMap()["section"].(string); ok {
+				warned[s] = true
+			}
+		}
+		return warned["tls"] && warned["identities"]
+	}, "warnings naming tls and identities")
+	if n := logs.FilterMessage("mirroring rules reloaded").Len(); n != 0 {
+		t.Fatalf("%d 'mirroring rules reloaded' lines for a file whose rules did not change", n)
 	}
 }
