@@ -45,7 +45,8 @@ type Config struct {
 	// UpstreamSASL is offsetgate's own login for the requests it makes itself (metadata).
 	UpstreamSASL *SASLConfig      `yaml:"upstream_sasl"`
 	Identities   IdentitiesConfig `yaml:"identities"`
-	// Mirroring approves mirroring clients; it is re-read from Path when the file changes.
+	// Mirroring approves mirroring clients; it is re-read from Path when the file changes
+	// (reload.go). Every other section is read at start only.
 	Mirroring rules.MirroringConfig `yaml:"mirroring"`
 	// InstanceID names this offsetgate for mirror-partition ownership; default: host name and
 	// listen address (a restarted instance takes its partitions back at once).
@@ -192,13 +193,27 @@ func (c *Config) Validate() error {
 		if (m.Subject == "") == (m.SAN == "") {
 			bad(key, "give exactly one of subject, san")
 		}
+		if m.Subject != "" {
+			if err := rules.CheckSubject(m.Subject); err != nil {
+				bad(key+".subject", "can never match a certificate: %v", err)
+			}
+		}
+		if m.SAN != "" {
+			if err := rules.CheckSAN(m.SAN); err != nil {
+				bad(key+".san", "can never match a certificate: %v", err)
+			}
+		}
 		if err := m.SASL.validate(key + ".sasl"); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(c.Identities.MTLSUpstream) > 0 && (c.TLS.Listener == nil || c.TLS.Listener.ClientAuth == "" || c.TLS.Listener.ClientAuth == "none") {
+	if len(c.Identities.MTLSUpstream) > 0 && !c.ClientCertificates() {
 		bad("identities.mtls_upstream", "needs tls.listener with client_auth request or require")
 	}
+	if len(c.Identities.MTLSUpstream) > 0 && !c.DestinationSASL() {
+		bad("identities.mtls_upstream", "logs clients in to the destination with SASL, which needs a destination that takes SASL (upstream_sasl)")
+	}
+	errs = append(errs, c.validateMirroring()...)
 	if c.EventLoops < 0 {
 		bad("event_loops", "must be >= 0")
 	}
@@ -231,15 +246,52 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ClientCertificates reports whether clients can prove a certificate: a TLS listener that asks
+// for client certificates.
+func (c *Config) ClientCertificates() bool {
+	return c.TLS.Listener != nil && (c.TLS.Listener.ClientAuth == "request" || c.TLS.Listener.ClientAuth == "require")
+}
+
+// DestinationSASL reports whether clients can log in with SASL: offsetgate's connections to
+// the destination go to the listener its own requests use, and that listener takes SASL
+// exactly when offsetgate logs in there itself (upstream_sasl). Without it, offsetgate's own
+// requests work without a login, so the listener is not a SASL one and no client login can be
+// accepted.
+func (c *Config) DestinationSASL() bool { return c.UpstreamSASL != nil }
+
+// validateMirroring checks the mirroring section, and that each rule can match a client of
+// this configuration.
+func (c *Config) validateMirroring() []error {
+	var errs []error
+	if _, err := rules.NewPolicy(c.Mirroring); err != nil {
+		errs = append(errs, err)
+	}
+	for i, cl := range c.Mirroring.Clients {
+		key := fmt.Sprintf("mirroring.clients[%d]", i)
+		switch {
+		case (cl.TLSSubject != "" || cl.TLSSAN != "") && !c.ClientCertificates():
+			errs = append(errs, fmt.Errorf("config key %q: a certificate rule can never match: clients prove certificates only on a TLS listener with client_auth request or require (tls.listener)", key))
+		case cl.SASLUser != "" && !c.DestinationSASL():
+			errs = append(errs, fmt.Errorf("config key %q: a sasl_user rule can never match: the destination takes SASL logins only when offsetgate logs in there too (upstream_sasl)", key))
+		}
+	}
+	return errs
+}
+
 var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type`)
 
 // LoadConfig reads a YAML file; unknown keys are errors that name the key and line.
 func LoadConfig(path string) (Config, error) {
-	var c Config
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("reading config: %w", err)
+		return Config{}, fmt.Errorf("reading config: %w", err)
 	}
+	return parseConfig(b, path)
+}
+
+// parseConfig decodes a configuration file's bytes.
+func parseConfig(b []byte, path string) (Config, error) {
+	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {

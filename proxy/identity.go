@@ -89,7 +89,7 @@ func (c *SASLConfig) mechanism() (sasl.Mechanism, error) {
 
 // mapping returns the destination credentials of an mTLS identity, if it has any.
 func (s *Server) mapping(id rules.Identity) *SASLConfig {
-	if id.TLSSubject == "" {
+	if id.TLSSubject == "" && len(id.TLSSANs) == 0 {
 		return nil
 	}
 	for i := range s.cfg.Identities.MTLSUpstream {
@@ -128,12 +128,19 @@ func (s *Server) admit(mapped bool) func(rules.Identity) error {
 }
 
 // identityOf builds a connection's identity from its TLS state (verified certificates only).
-func identityOf(c net.Conn) rules.Identity {
+// A verified certificate whose subject or SANs cannot be read exactly (FromCertificate) proves
+// nothing; the warning says why.
+func identityOf(c net.Conn, log *zap.Logger) rules.Identity {
 	id := rules.Identity{Addr: c.RemoteAddr().String()}
 	if tc, ok := c.(*stdtls.Conn); ok {
 		st := tc.ConnectionState()
 		if len(st.VerifiedChains) > 0 && len(st.PeerCertificates) > 0 {
-			id.TLSSubject, id.TLSSANs = rules.FromCertificate(st.PeerCertificates[0])
+			subject, sans, err := rules.FromCertificate(st.PeerCertificates[0])
+			if err != nil {
+				log.Warn("the client certificate proves no identity", zap.Error(err))
+			} else {
+				id.TLSSubject, id.TLSSANs = subject, sans
+			}
 		}
 	}
 	return id

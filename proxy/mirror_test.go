@@ -82,16 +82,18 @@ func newMirrorEnv(t *testing.T, prefix string) *mirrorEnv {
 
 func (e *mirrorEnv) writeConfig() {
 	e.t.Helper()
-	b, err := yaml.Marshal(struct {
-		Mirroring rules.MirroringConfig `yaml:"mirroring"`
-	}{e.cfg.Mirroring})
+	// The whole configuration, as a reload validates it; only the mirroring section changes.
+	c := e.cfg
+	c.Listen, c.Transport = "127.0.0.1:1", "goroutine"
+	if e.p != nil {
+		c.Listen = e.p.addr
+	}
+	full, err := yaml.Marshal(c)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	// Listen and bootstrap are not reloaded; only the mirroring section is.
-	full := fmt.Sprintf("listen: 127.0.0.1:1\nbootstrap: [%s]\n%s", strings.Join(e.d.Addrs(), ", "), b)
 	tmp := e.cfgPath + ".tmp"
-	if err := os.WriteFile(tmp, []byte(full), 0o644); err != nil {
+	if err := os.WriteFile(tmp, full, 0o644); err != nil {
 		e.t.Fatal(err)
 	}
 	if err := os.Rename(tmp, e.cfgPath); err != nil {

@@ -3,10 +3,12 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -55,7 +57,7 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		}
 		c = tc
 	}
-	id := identityOf(c)
+	id := identityOf(c, log)
 	creds := s.mapping(id)
 	nc := &netClient{srv: s, node: node, client: c, resume: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	nc.sess = session.New(s.sessionConfig(nc.log, creds != nil), nc)
@@ -200,6 +202,10 @@ func (nc *netClient) readUpstream() {
 			return nc.sess.HandleUpstream(b)
 		},
 		func() bool { return false })
+	if errors.Is(err, session.ErrLogin) {
+		// The destination's refusal goes to the client before the connection ends.
+		nc.toClient.drain(2 * time.Second)
+	}
 	nc.close("upstream", err)
 }
 
@@ -265,6 +271,20 @@ func (q *outQueue) notifyBelowLowWater() {
 	q.mu.Unlock()
 	if now && q.notify != nil {
 		q.notify()
+	}
+}
+
+// drain waits until the queued bytes are written, the queue is closed or d has passed.
+func (q *outQueue) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		q.mu.Lock()
+		done := q.n == 0 || q.closed
+		q.mu.Unlock()
+		if done {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -67,10 +67,14 @@ func startSecure(t testing.TB) *secureEnv {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	e.c, err = testkafka.Start(ctx, testkafka.Options{Name: "secure-proxy", Brokers: 1, Secure: &testkafka.SecureOptions{
-		Certs:     testkafka.CertFiles{CA: certs.CA.CertFile, ServerCert: certs.Server.CertFile, ServerKey: certs.Server.KeyFile},
-		SASLUsers: users, ClientAuth: "required",
-	}})
+	e.c, err = testkafka.Start(ctx, testkafka.Options{Name: "secure-proxy", Brokers: 1,
+		// SASL_SSL asks clients to re-authenticate (KIP-368) within 10 minutes: longer than
+		// any test here, but every login's answer announces a session lifetime.
+		ExtraConfig: map[string]string{"listener.name.sasl_ssl.connections.max.reauth.ms": "600000"},
+		Secure: &testkafka.SecureOptions{
+			Certs:     testkafka.CertFiles{CA: certs.CA.CertFile, ServerCert: certs.Server.CertFile, ServerKey: certs.Server.KeyFile},
+			SASLUsers: users, ClientAuth: "required",
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,6 +286,11 @@ func TestSecure(t *testing.T) {
 			t.Fatal("an unmapped identity was served on the mapped proxy")
 		}
 	})
+
+	// Identities are what the destination accepted (identity_test.go).
+	t.Run("pipelined SASL logins cannot change the identity", func(t *testing.T) { testPipelinedSASL(ctx, t, e) })
+	t.Run("re-authentication", func(t *testing.T) { testReauthentication(ctx, t, e) })
+	t.Run("certificate subjects and SANs are exact", func(t *testing.T) { testExactCertificates(ctx, t, e) })
 
 	// A wrong CA for the destination: clients get a clear failure, not a hang.
 	t.Run("wrong destination CA", func(t *testing.T) {

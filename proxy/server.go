@@ -120,20 +120,21 @@ func (s *Server) BootstrapAddr() string { return s.cfg.Listen }
 
 func (s *Server) sessionConfig(log *zap.Logger, mapped bool) session.Config {
 	return session.Config{
-		Admit:           s.admit(mapped),
-		OnIdentity:      s.logIdentity(log),
-		MaxFrame:        s.cfg.Limits.MaxFrameBytes,
-		MaxInFlight:     s.cfg.Limits.MaxInFlight,
-		ClientHighWater: s.cfg.Limits.ClientHighWaterBytes,
-		Addresses:       s.brokers,
-		Observer:        observer{s.metrics},
-		Log:             log,
-		Draining:        s.draining.Load,
-		InFlight:        &s.inFlight,
-		Policy:          s.policy.Load,
-		Catalog:         s.sessionCatalog(),
-		Mirror:          s.sessionMirror(),
-		View:            s.sessionView(),
+		Admit:            s.admit(mapped),
+		UpstreamLoggedIn: mapped,
+		OnIdentity:       s.logIdentity(log),
+		MaxFrame:         s.cfg.Limits.MaxFrameBytes,
+		MaxInFlight:      s.cfg.Limits.MaxInFlight,
+		ClientHighWater:  s.cfg.Limits.ClientHighWaterBytes,
+		Addresses:        s.brokers,
+		Observer:         observer{s.metrics},
+		Log:              log,
+		Draining:         s.draining.Load,
+		InFlight:         &s.inFlight,
+		Policy:           s.policy.Load,
+		Catalog:          s.sessionCatalog(),
+		Mirror:           s.sessionMirror(),
+		View:             s.sessionView(),
 	}
 }
 
@@ -309,43 +310,6 @@ func (s *Server) sessionCatalog() session.Catalog {
 	return s.catalog
 }
 
-// watchConfig re-reads the configuration file when it changes and applies its mirroring
-// section; connections stay up. A file that does not validate changes nothing.
-func (s *Server) watchConfig(ctx context.Context) {
-	stamp := func() string {
-		st, err := os.Stat(s.cfg.Path)
-		if err != nil {
-			return ""
-		}
-		return fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
-	}
-	last := stamp()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-		now := stamp()
-		if now == last || now == "" {
-			continue
-		}
-		last = now
-		c, err := LoadConfig(s.cfg.Path)
-		if err != nil {
-			s.log.Error("config reload failed; the previous mirroring rules stay", zap.Error(err))
-			continue
-		}
-		pol, err := rules.NewPolicy(c.Mirroring)
-		if err != nil {
-			s.log.Error("config reload failed; the previous mirroring rules stay", zap.Error(err))
-			continue
-		}
-		s.policy.Store(pol)
-		s.log.Info("mirroring rules reloaded", zap.Int("clients", len(c.Mirroring.Clients)))
-	}
-}
-
 // Policy is the mirroring rules in force.
 func (s *Server) Policy() *rules.Policy { return s.policy.Load() }
 
@@ -502,6 +466,8 @@ func closeKind(side string, err error) string {
 		return "undecodable"
 	case errors.Is(err, session.ErrUnjudged):
 		return "unjudged"
+	case errors.Is(err, session.ErrLogin):
+		return "authentication"
 	case side == "upstream":
 		return "upstream"
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed),

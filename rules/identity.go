@@ -5,7 +5,6 @@
 package rules
 
 import (
-	"crypto/x509"
 	"fmt"
 	"strings"
 )
@@ -16,8 +15,10 @@ import (
 // proves an identity; client.id and the source address are what the client says and where it
 // comes from, and may only narrow a rule, never satisfy one alone.
 type Identity struct {
-	// TLSSubject is the verified client certificate's subject (RFC 2253 string), and TLSSANs
-	// its subject alternative names as "DNS:name", "URI:uri", "email:addr", "IP:addr".
+	// TLSSubject is the verified client certificate's subject as an RFC 4514 string of its
+	// encoded RDN sequence, and TLSSANs its subject alternative names as "DNS:name",
+	// "URI:uri", "email:addr", "IP:addr", exactly as the certificate holds them (subject.go).
+	// Both are empty when the certificate proves nothing (FromCertificate refused it).
 	TLSSubject string
 	TLSSANs    []string
 	// SASLUser is the user name of a SASL login the destination accepted, with its mechanism.
@@ -28,16 +29,16 @@ type Identity struct {
 }
 
 // Proven reports whether the identity rests on mTLS or SASL.
-func (i Identity) Proven() bool { return i.TLSSubject != "" || i.SASLUser != "" }
+func (i Identity) Proven() bool { return i.TLSSubject != "" || len(i.TLSSANs) > 0 || i.SASLUser != "" }
 
 // String is the identity for logs: never a secret.
 func (i Identity) String() string {
 	var parts []string
-	if i.TLSSubject != "" {
-		parts = append(parts, "mtls="+i.TLSSubject)
+	if i.TLSSubject != "" || len(i.TLSSANs) > 0 {
+		parts = append(parts, fmt.Sprintf("mtls=%q", i.TLSSubject))
 	}
 	if i.SASLUser != "" {
-		parts = append(parts, fmt.Sprintf("sasl=%s(%s)", i.SASLUser, i.SASLMechanism))
+		parts = append(parts, fmt.Sprintf("sasl=%q(%s)", i.SASLUser, i.SASLMechanism))
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "anonymous")
@@ -49,22 +50,4 @@ func (i Identity) String() string {
 		parts = append(parts, "addr="+i.Addr)
 	}
 	return strings.Join(parts, " ")
-}
-
-// FromCertificate fills the TLS part of an identity from a verified client certificate.
-func FromCertificate(c *x509.Certificate) (subject string, sans []string) {
-	subject = c.Subject.String()
-	for _, d := range c.DNSNames {
-		sans = append(sans, "DNS:"+d)
-	}
-	for _, u := range c.URIs {
-		sans = append(sans, "URI:"+u.String())
-	}
-	for _, e := range c.EmailAddresses {
-		sans = append(sans, "email:"+e)
-	}
-	for _, ip := range c.IPAddresses {
-		sans = append(sans, "IP:"+ip.String())
-	}
-	return subject, sans
 }

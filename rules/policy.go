@@ -19,7 +19,11 @@ type MirroringConfig struct {
 // ClientConfig approves one mirroring identity for some topics.
 type ClientConfig struct {
 	Name string `yaml:"name"`
-	// One of TLSSubject, TLSSAN, SASLUser proves the identity.
+	// One of TLSSubject, TLSSAN, SASLUser proves the identity. TLSSubject is compared with
+	// the certificate's subject rendered as RFC 4514 from its encoded RDN sequence (last RDN
+	// first; subject.go), TLSSAN with one of its
+	// subject alternative names as encoded ("URI:spiffe://acme/mirror", "DNS:...",
+	// "email:...", "IP:..."), SASLUser with the user of a SASL login the destination accepted.
 	TLSSubject string `yaml:"tls_subject"`
 	TLSSAN     string `yaml:"tls_san"`
 	SASLUser   string `yaml:"sasl_user"`
@@ -66,6 +70,16 @@ func NewPolicy(c MirroringConfig) (*Policy, error) {
 		}
 		if proofs != 1 {
 			errs = append(errs, fmt.Sprintf("config key %q: give exactly one of tls_subject, tls_san, sasl_user (client.id and source_cidr can only narrow a rule)", key))
+		}
+		if cc.TLSSubject != "" {
+			if err := CheckSubject(cc.TLSSubject); err != nil {
+				errs = append(errs, fmt.Sprintf("config key %q: can never match a certificate: %v", key+".tls_subject", err))
+			}
+		}
+		if cc.TLSSAN != "" {
+			if err := CheckSAN(cc.TLSSAN); err != nil {
+				errs = append(errs, fmt.Sprintf("config key %q: can never match a certificate: %v", key+".tls_san", err))
+			}
 		}
 		if len(cc.Topics) == 0 {
 			errs = append(errs, fmt.Sprintf("config key %q: required (the mirror topics this client may write)", key+".topics"))

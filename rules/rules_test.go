@@ -51,6 +51,12 @@ func TestPolicyValidation(t *testing.T) {
 		"no topics":      {SASLUser: "a"},
 		"bad pattern":    {SASLUser: "a", Topics: []string{"[x"}},
 		"bad source net": {SASLUser: "a", SourceCIDR: "nope", Topics: []string{"t"}},
+		// Rules that no certificate can ever satisfy.
+		"subject with spaces":   {TLSSubject: "CN=mirror, O=acme", Topics: []string{"t"}},
+		"subject in lower case": {TLSSubject: "cn=mirror", Topics: []string{"t"}},
+		"subject with two CNs":  {TLSSubject: "CN=mirror,CN=evil", Topics: []string{"t"}},
+		"san without a kind":    {TLSSAN: "spiffe://acme/mirror", Topics: []string{"t"}},
+		"san ip not canonical":  {TLSSAN: "IP:010.0.0.1", Topics: []string{"t"}},
 	} {
 		if _, err := NewPolicy(MirroringConfig{Clients: []ClientConfig{c}}); err == nil || !strings.Contains(err.Error(), "mirroring.clients[0]") {
 			t.Errorf("%s: error %v does not name the key", name, err)

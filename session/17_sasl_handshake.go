@@ -2,30 +2,44 @@ package session
 
 // SaslHandshake (key 17).
 //
-// v1 passes through: the SASL tokens then travel in SaslAuthenticate requests, which are
-// ordinary frames. The mechanism the client asks for is noted, so the SaslAuthenticate
-// exchange can be read for the user name (36_sasl_authenticate.go). v0 would send the tokens
-// as bare size-prefixed frames without Kafka request headers, which this framing cannot
-// follow, so it is refused with UNSUPPORTED_VERSION and only v1 is advertised: every current
-// client (Java 1.0+, librdkafka, franz-go) uses v1.
+// v1 passes through when a login may start (sasl.go says when): no login yet, or a completed
+// login whose answer announced a session lifetime, which is the destination asking for a
+// re-authentication (KIP-368). The mechanism travels in the request's own response hook; only
+// a successful answer lets SaslAuthenticate rounds follow. Any other SaslHandshake is answered
+// by offsetgate with ILLEGAL_SASL_STATE and never forwarded.
+//
+// v0 would send the tokens as bare size-prefixed frames without Kafka request headers, which
+// this framing cannot follow, so it is refused with UNSUPPORTED_VERSION and only v1 is
+// advertised: every current client (Java 1.0+, librdkafka, franz-go) uses v1.
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 var saslHandshakeHandler = handler{
 	request: func(s *Session, r *request) error {
 		req := kmsg.SASLHandshakeRequest{Version: r.h.version}
 		if err := req.ReadFrom(r.body); err != nil {
-			return nil // the broker will answer the malformed request itself
+			return fmt.Errorf("%w: malformed SaslHandshake: %v", ErrFrame, err)
 		}
-		s.sasl = saslState{mechanism: req.Mechanism}
+		ex, ok := s.sasl.startHandshake(req.Mechanism)
+		if !ok {
+			s.log.Debug("SaslHandshake refused: no login may start now")
+			r.answerWith(&kmsg.SASLHandshakeResponse{ErrorCode: errIllegalSASLState})
+			return nil
+		}
+		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
+			resp := kmsg.SASLHandshakeResponse{Version: version}
+			code := int16(-1)
+			if err := resp.ReadFrom(body); err == nil {
+				code = resp.ErrorCode
+			}
+			s.saslHandshakeAnswer(ex, code)
+			return nil, false, nil
+		}
 		return nil
-	},
-	response: func(s *Session, version int16, body []byte) ([]byte, bool, error) {
-		resp := kmsg.SASLHandshakeResponse{Version: version}
-		if err := resp.ReadFrom(body); err == nil && resp.ErrorCode != 0 {
-			s.sasl = saslState{}
-		}
-		return nil, false, nil
 	},
 }
 

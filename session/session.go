@@ -83,6 +83,10 @@ type Config struct {
 	// Admit, when set, decides whether a connection with this identity may send requests
 	// other than ApiVersions and the SASL exchange; an error closes the connection.
 	Admit func(id rules.Identity) error
+	// UpstreamLoggedIn says offsetgate logged the upstream connection in itself before the
+	// client's first byte (an mTLS identity mapped to destination credentials): the client's
+	// own SaslHandshake and SaslAuthenticate are refused.
+	UpstreamLoggedIn bool
 	// OnIdentity hears when a connection's identity is established or changes (a SASL login
 	// completes), for the one log line per connection and the rules' caches.
 	OnIdentity func(id rules.Identity)
@@ -168,6 +172,10 @@ type Session struct {
 	admitted bool
 	sasl     saslState
 
+	// closing ends the connection once the responses processed so far are written (a SASL
+	// login the destination refused).
+	closing error
+
 	blocked bool // an async request is pending: take no more client requests
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
 	staleFetch []mirrorPart
@@ -203,6 +211,9 @@ func New(cfg Config, conn Conn) *Session {
 		cfg.Policy = func() *rules.Policy { return nil }
 	}
 	s := &Session{cfg: cfg, conn: conn, log: cfg.Log}
+	if cfg.UpstreamLoggedIn {
+		s.sasl.phase = saslDone
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -261,6 +272,9 @@ func (s *Session) frameLen(p []byte, from string) (int, error) {
 // bytes it consumed. An error means the connection must be closed.
 func (s *Session) HandleClient(buf []byte) (int, error) {
 	s.paused = false
+	if s.closing != nil {
+		return 0, s.closing
+	}
 	off := 0
 	fwdStart := -1 // start of a run of frames forwarded unchanged, written in one go
 	flushFwd := func(end int) {
@@ -353,6 +367,12 @@ func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 	s.cfg.Observer.Request(h.key, len(frame))
 	if !Supported(h.key, h.version) {
 		return nil, false, s.unsupported(h)
+	}
+	if h.key != 17 && h.key != 36 && s.saslBusy() {
+		if s.closing != nil {
+			return nil, false, s.closing
+		}
+		return nil, false, fmt.Errorf("%w: %s sent api key %d during a SASL login (nothing but the login's next step is taken until it completes)", ErrForbidden, s.ident, h.key)
 	}
 	if s.cfg.Admit != nil && !s.admitted && h.key != 17 && h.key != 18 && h.key != 36 {
 		if err := s.cfg.Admit(s.ident); err != nil {
@@ -540,9 +560,17 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 			sl.out, sl.done = out, true
 		}
 		off += 4 + size
+		if s.closing != nil {
+			// The answer that ended the login goes to the client (in order, when it can);
+			// the transport then closes the connection.
+			break
+		}
 	}
 	flushDirect(off)
 	s.flush()
+	if s.closing != nil {
+		return off, s.closing
+	}
 	if s.paused && s.slots.len() < s.cfg.MaxInFlight {
 		s.paused = false
 		s.conn.Resume()

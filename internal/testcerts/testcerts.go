@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -58,7 +59,14 @@ type SANs struct {
 // Template describes a certificate for CA.Issue.
 type Template struct {
 	CommonName string
-	SANs       SANs
+	// Subject, when set, is the subject exactly as encoded, RDN by RDN (a multi-valued RDN
+	// is one element with several attributes; each RDN's attributes are written in DER order),
+	// in place of CN=CommonName,O=offsetgate tests. CommonName then only names the files.
+	Subject pkix.RDNSequence
+	SANs    SANs
+	// RawURIs are URI SANs written byte for byte as given (SANs.URIs go through url.URL,
+	// which drops an empty fragment, say).
+	RawURIs []string
 	// Server makes a TLS server certificate (ExtKeyUsageServerAuth); otherwise it is a client
 	// certificate (ExtKeyUsageClientAuth).
 	Server bool
@@ -155,6 +163,20 @@ func (ca *CA) Issue(t Template) (*KeyPair, error) {
 			return nil, fmt.Errorf("testcerts: URI SAN %q: %w", s, err)
 		}
 		tmpl.URIs = append(tmpl.URIs, u)
+	}
+	if t.Subject != nil {
+		raw, err := asn1.Marshal(t.Subject)
+		if err != nil {
+			return nil, fmt.Errorf("testcerts: subject: %w", err)
+		}
+		tmpl.RawSubject = raw
+	}
+	if len(t.RawURIs) > 0 {
+		ext, err := rawSANs(t.SANs, t.RawURIs)
+		if err != nil {
+			return nil, err
+		}
+		tmpl.ExtraExtensions = append(tmpl.ExtraExtensions, ext)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
@@ -323,6 +345,33 @@ func (p *KeyPair) write(dir, file string) error {
 		return fmt.Errorf("testcerts: %w", err)
 	}
 	return nil
+}
+
+// rawSANs builds a subjectAltName extension with the names of sans and the raw URIs, written
+// as given.
+func rawSANs(sans SANs, rawURIs []string) (pkix.Extension, error) {
+	var names []asn1.RawValue
+	for _, d := range sans.DNSNames {
+		names = append(names, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(d)})
+	}
+	for _, e := range sans.Emails {
+		names = append(names, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, Bytes: []byte(e)})
+	}
+	for _, u := range append(append([]string(nil), sans.URIs...), rawURIs...) {
+		names = append(names, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 6, Bytes: []byte(u)})
+	}
+	for _, ip := range sans.IPs {
+		b := ip.To4()
+		if b == nil {
+			b = ip
+		}
+		names = append(names, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 7, Bytes: b})
+	}
+	der, err := asn1.Marshal(names)
+	if err != nil {
+		return pkix.Extension{}, fmt.Errorf("testcerts: subjectAltName: %w", err)
+	}
+	return pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: der}, nil
 }
 
 func newSerial() (*big.Int, error) {

@@ -1,9 +1,12 @@
 package testcerts_test
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"io"
@@ -236,5 +239,35 @@ func TestTLSHandshakes(t *testing.T) {
 		if err := try(cert); err == nil {
 			t.Fatalf("%s client certificate accepted", name)
 		}
+	}
+}
+
+// A subject is written RDN by RDN as given, duplicates and multi-valued RDNs included, and a
+// raw URI SAN byte for byte.
+func TestRawSubjectAndURIs(t *testing.T) {
+	set, err := testcerts.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := func(v string) pkix.AttributeTypeAndValue {
+		return pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: v}
+	}
+	o := pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 10}, Value: "acme"}
+	subject := pkix.RDNSequence{{o}, {cn("evil")}, {cn("mirror"), o}}
+	kp, err := set.CA.Issue(testcerts.Template{CommonName: "raw", Subject: subject,
+		SANs: testcerts.SANs{DNSNames: []string{"m.acme"}}, RawURIs: []string{"spiffe://acme/mirror#"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := readCert(t, kp.CertFile)
+	var got pkix.RDNSequence
+	if _, err := asn1.Unmarshal(c.RawSubject, &got); err != nil || len(got) != 3 || len(got[2]) != 2 || got[1][0].Value != "evil" {
+		t.Fatalf("subject %v (%v)", got, err)
+	}
+	if len(c.DNSNames) != 1 || len(c.URIs) != 1 || !bytes.Contains(c.Raw, []byte("spiffe://acme/mirror#")) {
+		t.Fatalf("SANs %v %v", c.DNSNames, c.URIs)
+	}
+	if _, err := c.Verify(x509.VerifyOptions{Roots: set.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatal(err)
 	}
 }
