@@ -3,7 +3,11 @@ package mirror_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,5 +246,166 @@ func TestMirrorTransactions(t *testing.T) {
 	if len(direct)-fillers != len(all) || fillers == 0 || aborted == 0 {
 		t.Fatalf("direct read_committed consumer of D: %d records (%d fillers, %d of an aborted transaction); the source holds %d data records",
 			len(direct), fillers, aborted, len(all))
+	}
+}
+
+// cuttable is a dialer whose connections a test can cut at once, and which refuses new ones
+// once cut: an application "killed" mid-transaction, without the chance to abort.
+type cuttable struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+	tc    *tls.Config
+}
+
+func (c *cuttable) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return nil, errors.New("this process was killed")
+	}
+	d := &tls.Dialer{Config: c.tc}
+	conn, err := d.DialContext(ctx, network, addr)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+func (c *cuttable) kill() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+}
+
+// A consume-transform-produce application (franz-go's GroupTransactSession: KIP-447
+// TxnOffsetCommit with the group's generation and member) reads a mirror topic through
+// offsetgate and writes its results through offsetgate, transactionally. Killed in the middle
+// of a transaction and restarted, it ends with each input record's result exactly once in the
+// output's read_committed view, and its committed offsets read back in source terms.
+func TestExactlyOnceThroughOffsetgate(t *testing.T) {
+	prefix := testkafka.Names(t, "eos")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	in, out, group := prefix+"-in", prefix+"-out", prefix+"-app"
+	if err := e.pair.Source.CreateTopic(ctx, in, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pair.Dest.CreateTopic(ctx, out, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The source's log starts at 250: the mirror has a shift, so the commits through offsetgate
+	// must be translated to be right.
+	const total = 200
+	produceSource(ctx, t, e.pair.Source, in, total+500, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	sadm, err := e.pair.Source.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sadm.Close()
+	if _, err := sadm.DeleteRecords(ctx, kadm.Offsets{in: {0: {Topic: in, Partition: 0, At: 250}, 1: {Topic: in, Partition: 1, At: 250}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mirror.Once(ctx, e.mirrorConfig(in)); err != nil {
+		t.Fatal(err)
+	}
+	if d, s := count(ctx, t, e.pair.Dest, in)[0], count(ctx, t, e.pair.Source, in)[0]; d[1] == s[1] {
+		t.Fatalf("the mirror has no shift (destination %v, source %v): the test would not show a translation", d, s)
+	}
+	app := func(d *cuttable) *kgo.GroupTransactSession {
+		sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(e.addr), kgo.Dialer(d.dial),
+			kgo.TransactionalID(prefix+"-tx"), kgo.ConsumerGroup(group), kgo.ConsumeTopics(in),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DefaultProduceTopic(out),
+			kgo.FetchMaxBytes(4000), kgo.TransactionTimeout(20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	// run processes polls, one transaction each, until stop says so; it returns the records it
+	// put into committed transactions.
+	run := func(sess *kgo.GroupTransactSession, stop func(done int) bool) int {
+		done := 0
+		for !stop(done) {
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			fs := sess.PollFetches(pctx)
+			pcancel()
+			if ctx.Err() != nil {
+				t.Fatal("the application ran out of time")
+			}
+			if len(fs.Records()) == 0 {
+				if done > 0 || fs.Err0() == nil {
+					return done
+				}
+				continue
+			}
+			if err := sess.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range fs.Records() {
+				sess.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("%d/%d", r.Partition, r.Offset)), Value: r.Value}, nil)
+			}
+			committed, err := sess.End(ctx, kgo.TryCommit)
+			if err != nil {
+				t.Fatalf("ending a transaction: %v", err)
+			}
+			if committed {
+				done += len(fs.Records())
+			}
+		}
+		return done
+	}
+	tc := e.certs.ClientTLS(e.client)
+	first := &cuttable{tc: tc}
+	s1 := app(first)
+	run(s1, func(done int) bool { return done >= 60 })
+	// One more transaction, killed before it ends.
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	fs := s1.PollFetches(pctx)
+	pcancel()
+	if len(fs.Records()) == 0 {
+		t.Fatal("nothing left to process in the transaction that is killed")
+	}
+	if err := s1.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range fs.Records() {
+		s1.ProduceSync(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("%d/%d", r.Partition, r.Offset)), Value: r.Value})
+	}
+	first.kill()
+	defer s1.Close()
+
+	s2 := app(&cuttable{tc: tc})
+	defer s2.Close()
+	run(s2, func(int) bool { return false })
+
+	// The output's committed view: every input record's result once.
+	results := consumeLevel(ctx, t, []kgo.Opt{kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(tc)}, out, true)
+	seen := map[string]int{}
+	for _, r := range results {
+		seen[r.Key]++
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("input record %s has %d results", k, n)
+		}
+	}
+	if len(seen) != total {
+		t.Fatalf("%d input records have a result, want %d", len(seen), total)
+	}
+	// The group's committed offsets, through offsetgate, are the source's ends.
+	offs, err := kadm.NewClient(e.proxyClient(t)).FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, se := range count(ctx, t, e.pair.Source, in) {
+		if o, ok := offs.Lookup(in, p); !ok || o.At != se[1] {
+			t.Fatalf("committed offset of %s[%d] through offsetgate %v, the source's end %d", in, p, o.At, se[1])
+		}
 	}
 }
