@@ -143,7 +143,7 @@ func TestPlan(t *testing.T) {
 		"an exact resend of a confirmed marker is acknowledged": {st: mirrored(t, base, marker(10, false)), batches: [][]byte{marker(10, false)},
 			entries: "", writes: 0},
 		"a control batch that is not a transaction marker is refused": {st: base, batches: [][]byte{src(10, 1, 1, batch.AttrControl|batch.AttrTransactional)}, code: ErrInvalidRecord},
-		"batches out of order are refused":  {st: base, batches: [][]byte{src(20, 1, 1, 0), src(15, 1, 1, 0)}, code: ErrInvalidRecord},
+		"batches out of order are refused":                            {st: base, batches: [][]byte{src(20, 1, 1, 0), src(15, 1, 1, 0)}, code: ErrInvalidRecord},
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := kinds(c.st.Recent) + fmt.Sprint(c.st.Next, c.st.DNext, c.st.Seq, len(c.st.Pending))

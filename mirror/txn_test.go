@@ -139,7 +139,7 @@ func TestMirrorTransactions(t *testing.T) {
 		for p := int32(0); p < 3; p++ {
 			for i := 0; i < 3; i++ {
 				r := &kgo.Record{Topic: topic, Partition: p, Key: []byte(fmt.Sprintf("%s-%d-%d", who, round, i)),
-					Value: []byte(fmt.Sprintf("%s.round%d.record%d", who, round, i)),
+					Value:   []byte(fmt.Sprintf("%s.round%d.record%d", who, round, i)),
 					Headers: []kgo.RecordHeader{{Key: "who", Value: []byte(who)}}}
 				if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 					t.Fatal(err)
@@ -183,10 +183,16 @@ func TestMirrorTransactions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: verify: %v", stage, err)
 		}
+		aborted := 0
 		for _, r := range res {
-			if r.Err != nil || r.Diff != nil || r.Tail != 0 {
+			if r.Err != nil || r.Diff != nil || r.Tail != 0 || !r.Transactional {
 				t.Fatalf("%s: verify: %s", stage, r.Line(topic))
 			}
+			aborted += r.Aborted
+			t.Logf("%s: %s", stage, r.Line(topic))
+		}
+		if aborted == 0 {
+			t.Fatalf("%s: verify compared no aborted transaction", stage)
 		}
 		sopts := []kgo.Opt{kgo.SeedBrokers(s.Addrs()...)}
 		popts := []kgo.Opt{kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client))}
