@@ -89,12 +89,16 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 	if len(sets) == 0 {
 		return refuse(ErrInvalidRecord, "no record batch")
 	}
+	commits := make([]bool, len(hs)) // of the control batches: commit or abort
 	for i, h := range hs {
+		if h.Attributes&batch.AttrControl != 0 {
+			c, err := batch.Marker(sets[i])
+			if err != nil {
+				return refuse(ErrInvalidRecord, "control batch at %d: %v", h.BaseOffset, err)
+			}
+			commits[i] = c
+		}
 		switch {
-		case h.Attributes&batch.AttrControl != 0:
-			return refuse(ErrInvalidRecord, "control batch at %d: transaction markers are not mirrored by this version", h.BaseOffset)
-		case h.Attributes&batch.AttrTransactional != 0:
-			return refuse(ErrInvalidRecord, "transactional batch at %d: transactions are not mirrored by this version", h.BaseOffset)
 		case h.RecordCount == 0 || int64(h.RecordCount) != int64(h.LastOffsetDelta)+1:
 			return refuse(ErrInvalidRecord, "batch at %d holds %d records for %d offsets (compaction): compacted batches are not mirrored by this version", h.BaseOffset, h.RecordCount, h.LastOffsetDelta+1)
 		case !batch.Valid(sets[i]):
@@ -117,13 +121,17 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 		}
 		if next >= 0 && h.BaseOffset < next {
 			e := s.find(h.BaseOffset)
-			if e == nil || e.Kind != ledger.KindBatch || e.Last != h.LastOffset() || e.CRC != h.CRC || e.Len != h.Length || e.Epoch != h.LeaderEpoch {
+			if e == nil || (e.Kind != ledger.KindBatch && e.Kind != ledger.KindControl) || e.Last != h.LastOffset() || e.CRC != h.CRC || e.Len != h.Length || e.Epoch != h.LeaderEpoch {
 				return refuse(ErrOutOfOrder, "batch at %d overlaps what is mirrored with different content; the mirror expects offset %d next", h.BaseOffset, s.MirroredEnd())
 			}
 			if pendingIdx < len(s.Pending) && s.Pending[pendingIdx].Src == e.Src {
 				pendingIdx++
-				out.Writes = append(out.Writes, Write{Entry: *e, Retry: true,
-					Data: batch.ForDestination(sets[i], batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq})})
+				p := batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq}
+				data := batch.ForDestination(sets[i], p)
+				if e.Kind == ledger.KindControl {
+					data = batch.Filler(int(e.Count), h.MaxTimestamp, p)
+				}
+				out.Writes = append(out.Writes, Write{Entry: *e, Retry: true, Data: data})
 			}
 			continue // a confirmed batch sent again: acknowledged, not written twice
 		}
@@ -148,7 +156,18 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 		e := ledger.Entry{Kind: ledger.KindBatch, Src: h.BaseOffset, Last: h.LastOffset(), D: dnext, Count: count,
 			Epoch: h.LeaderEpoch, CRC: h.CRC, Len: h.Length, Attrs: h.Attributes, MaxTS: h.MaxTimestamp,
 			SrcPID: h.ProducerID, SrcPEpoch: h.ProducerEpoch, SrcSeq: h.BaseSequence, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
-		out.Writes = append(out.Writes, Write{Entry: e, Data: batch.ForDestination(sets[i], producer(seq))})
+		data := batch.ForDestination(sets[i], producer(seq))
+		if h.Attributes&batch.AttrControl != 0 {
+			// A stock destination takes no control batch from a client: fillers hold its
+			// offsets, and the ledger keeps the batch to serve in their place.
+			e.Kind, e.Raw = ledger.KindControl, append([]byte(nil), sets[i]...)
+			e.Marker = ledger.MarkerAbort
+			if commits[i] {
+				e.Marker = ledger.MarkerCommit
+			}
+			data = batch.Filler(int(count), h.MaxTimestamp, producer(seq))
+		}
+		out.Writes = append(out.Writes, Write{Entry: e, Data: data})
 		out.Entries = append(out.Entries, e)
 		dnext += int64(count)
 		seq += count
@@ -164,7 +183,7 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 func (s *State) Apply(p Plan) {
 	s.Segments, s.Next, s.DNext, s.Seq, s.Epoch = p.segments, p.next, p.dnext, p.seq, p.epoch
 	for _, e := range p.Entries {
-		if e.Kind == ledger.KindBatch || e.Kind == ledger.KindFiller {
+		if e.Data() {
 			s.remember(e)
 			s.Pending = append(s.Pending, e)
 		}
@@ -198,6 +217,7 @@ type Replayed struct {
 	OwnerUntil time.Time
 	Halted     string
 	Batches    int64
+	Controls   int64 // control batches (transaction markers)
 	Fillers    int64 // filler records
 	Entries    int
 }
@@ -211,14 +231,18 @@ func Replay(es []ledger.Entry) Replayed {
 		switch e.Kind {
 		case ledger.KindSegment:
 			r.Segments = append(r.Segments, Segment{Src: e.Src, Delta: e.Delta})
-		case ledger.KindBatch, ledger.KindFiller:
+		case ledger.KindBatch, ledger.KindFiller, ledger.KindControl:
 			r.remember(e)
 			r.Next, r.DNext = e.Last+1, e.D+int64(e.Count)
 			r.PID, r.PEpoch, r.Seq = e.PID, e.PEpoch, e.Seq+e.Count
-			if e.Kind == ledger.KindBatch {
+			switch e.Kind {
+			case ledger.KindBatch:
 				r.Batches++
 				r.Epoch = max(r.Epoch, e.Epoch)
-			} else {
+			case ledger.KindControl:
+				r.Controls++
+				r.Epoch = max(r.Epoch, e.Epoch)
+			default:
 				r.Fillers += int64(e.Count)
 			}
 		case ledger.KindOwner:

@@ -28,6 +28,22 @@ func src(base int64, n int, epoch int32, attrs int16) []byte {
 	return out
 }
 
+// marker is a transaction's COMMIT or ABORT control batch at base, as a coordinator writes it.
+func marker(base int64, commit bool) []byte {
+	typ := kmsg.ControlRecordKeyType(0)
+	if commit {
+		typ = 1
+	}
+	r := kmsg.Record{Key: (&kmsg.ControlRecordKey{Type: typ}).AppendTo(nil), Value: (&kmsg.EndTxnMarker{CoordinatorEpoch: 2}).AppendTo(nil)}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	b := kmsg.RecordBatch{FirstOffset: base, PartitionLeaderEpoch: 1, Magic: 2, Attributes: batch.AttrControl | batch.AttrTransactional,
+		FirstTimestamp: 1000, MaxTimestamp: 1000, ProducerID: 7, ProducerEpoch: 1, FirstSequence: -1, NumRecords: 1, Records: r.AppendTo(nil)}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
+	return out
+}
+
 func split(t *testing.T, bs ...[]byte) ([][]byte, []batch.Header) {
 	t.Helper()
 	var all []byte
@@ -120,9 +136,14 @@ func TestPlan(t *testing.T) {
 		"after a failure a request past the mirrored end is refused": {st: resync, batches: [][]byte{src(12, 1, 1, 0)}, code: ErrOutOfOrder},
 		"after a failure a request from the mirrored end is taken": {st: resync, batches: [][]byte{src(10, 1, 1, 0)},
 			entries: "batch(10-10@10,seq10)", writes: 1},
-		"transactional batches are refused": {st: base, batches: [][]byte{src(10, 1, 1, batch.AttrTransactional)}, code: ErrInvalidRecord},
-		"control batches are refused":       {st: base, batches: [][]byte{src(10, 1, 1, batch.AttrControl|batch.AttrTransactional)}, code: ErrInvalidRecord},
-		"batches out of order are refused":  {st: base, batches: [][]byte{src(20, 1, 1, 0), src(15, 1, 1, 0)}, code: ErrInvalidRecord},
+		"a transactional batch is written (without the bit on D)": {st: base, batches: [][]byte{src(10, 2, 1, batch.AttrTransactional)},
+			entries: "batch(10-11@10,seq10)", writes: 1},
+		"a transaction marker is held by a filler": {st: base, batches: [][]byte{src(10, 2, 1, batch.AttrTransactional), marker(12, true)},
+			entries: "batch(10-11@10,seq10) control(12-12@12,seq12)", writes: 2},
+		"an exact resend of a confirmed marker is acknowledged": {st: mirrored(t, base, marker(10, false)), batches: [][]byte{marker(10, false)},
+			entries: "", writes: 0},
+		"a control batch that is not a transaction marker is refused": {st: base, batches: [][]byte{src(10, 1, 1, batch.AttrControl|batch.AttrTransactional)}, code: ErrInvalidRecord},
+		"batches out of order are refused":                            {st: base, batches: [][]byte{src(20, 1, 1, 0), src(15, 1, 1, 0)}, code: ErrInvalidRecord},
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := kinds(c.st.Recent) + fmt.Sprint(c.st.Next, c.st.DNext, c.st.Seq, len(c.st.Pending))
@@ -148,6 +169,12 @@ func TestPlan(t *testing.T) {
 				h, err := batch.ReadHeader(w.Data)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if h.Attributes&(batch.AttrTransactional|batch.AttrControl) != 0 {
+					t.Fatalf("write %d would give D a transactional or control batch (attributes %#x)", i, h.Attributes)
+				}
+				if w.Entry.Kind == ledger.KindControl && (len(w.Entry.Raw) == 0 || w.Entry.Marker == "") {
+					t.Fatalf("control entry without its batch or marker: %+v", w.Entry)
 				}
 				if h.ProducerID != w.Entry.PID || h.BaseSequence != w.Entry.Seq || h.ProducerEpoch != w.Entry.PEpoch {
 					t.Fatalf("write %d carries producer %d/%d/%d, its entry %d/%d/%d", i, h.ProducerID, h.ProducerEpoch, h.BaseSequence, w.Entry.PID, w.Entry.PEpoch, w.Entry.Seq)

@@ -123,12 +123,14 @@ type Producer struct {
 // ForDestination returns a copy of a source batch as the destination must receive it from a
 // client: base offset 0 (Kafka assigns offsets from its log end), no partition leader epoch
 // (the broker stamps its own), offsetgate's producer fields, the LogAppendTime bit cleared
-// (the mirror topic is CreateTime; the ledger keeps the original), and a new CRC.
+// (the mirror topic is CreateTime; the ledger keeps the original), the transactional bit
+// cleared (offsetgate's producer is not transactional; the ledger keeps it and the source
+// view serves the transaction as the source had it), and a new CRC.
 func ForDestination(src []byte, p Producer) []byte {
 	out := append([]byte(nil), src...)
 	binary.BigEndian.PutUint64(out[0:], 0)
 	binary.BigEndian.PutUint32(out[12:], 0xffffffff)
-	attrs := binary.BigEndian.Uint16(out[21:]) &^ AttrLogAppendTime
+	attrs := binary.BigEndian.Uint16(out[21:]) &^ (AttrLogAppendTime | AttrTransactional)
 	binary.BigEndian.PutUint16(out[21:], attrs)
 	binary.BigEndian.PutUint64(out[43:], uint64(p.ID))
 	binary.BigEndian.PutUint16(out[51:], uint16(p.Epoch))
@@ -193,4 +195,34 @@ func Restore(b []byte, s Source) {
 	} else {
 		binary.BigEndian.PutUint32(b[17:], CRC(b))
 	}
+}
+
+// ErrNotMarker is a control batch whose record is not a transaction marker this version knows.
+var ErrNotMarker = errors.New("not a transaction marker")
+
+// Marker reads a control batch's marker: commit (true) or abort (false). Control batches are
+// never compressed and hold one record whose key is a version and a type (0 ABORT, 1 COMMIT).
+func Marker(b []byte) (commit bool, err error) {
+	h, err := ReadHeader(b)
+	if err != nil {
+		return false, err
+	}
+	if h.Attributes&AttrControl == 0 || h.Attributes&AttrCodecMask != 0 || h.RecordCount != 1 || len(b) < h.Size() {
+		return false, fmt.Errorf("%w: batch at %d (attributes %#x, %d records)", ErrNotMarker, h.BaseOffset, h.Attributes, h.RecordCount)
+	}
+	var r kmsg.Record
+	if err := r.ReadFrom(b[HeaderLen:h.Size()]); err != nil {
+		return false, fmt.Errorf("%w: batch at %d: %v", ErrNotMarker, h.BaseOffset, err)
+	}
+	var k kmsg.ControlRecordKey
+	if err := k.ReadFrom(r.Key); err != nil {
+		return false, fmt.Errorf("%w: batch at %d: %v", ErrNotMarker, h.BaseOffset, err)
+	}
+	switch k.Type {
+	case 0:
+		return false, nil
+	case 1:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: batch at %d holds a %s control record", ErrNotMarker, h.BaseOffset, k.Type)
 }

@@ -1,7 +1,10 @@
 package batch
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -62,4 +65,54 @@ func putLenCRC(b []byte) {
 	b[8], b[9], b[10], b[11] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
 	c := CRC(b)
 	b[17], b[18], b[19], b[20] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
+}
+
+// marker builds a control batch as a transaction coordinator writes it.
+func marker(base int64, commit bool) []byte {
+	typ := kmsg.ControlRecordKeyType(0)
+	if commit {
+		typ = 1
+	}
+	key := (&kmsg.ControlRecordKey{Type: typ}).AppendTo(nil)
+	val := (&kmsg.EndTxnMarker{CoordinatorEpoch: 5}).AppendTo(nil)
+	r := kmsg.Record{Key: key, Value: val}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	b := kmsg.RecordBatch{FirstOffset: base, Magic: 2, Attributes: AttrControl | AttrTransactional, FirstTimestamp: 1, MaxTimestamp: 1,
+		ProducerID: 77, ProducerEpoch: 3, FirstSequence: -1, NumRecords: 1, Records: r.AppendTo(nil)}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], CRC(out))
+	return out
+}
+
+func TestMarker(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		got, err := Marker(marker(10, commit))
+		if err != nil || got != commit {
+			t.Fatalf("Marker(commit=%v) = %v, %v", commit, got, err)
+		}
+	}
+	if _, err := Marker(Filler(1, 1, Producer{})); !errors.Is(err, ErrNotMarker) {
+		t.Fatalf("a data batch read as a marker: %v", err)
+	}
+}
+
+// A transactional batch goes to the destination without its transactional bit (offsetgate's
+// producer is not transactional), at the same length, so restoring the source's attributes
+// and CRC gives the source batch back byte for byte.
+func TestForDestinationTransactional(t *testing.T) {
+	src := Filler(2, 5, Producer{ID: 77, Epoch: 3, Sequence: 0})
+	binary.BigEndian.PutUint16(src[21:], AttrTransactional)
+	binary.BigEndian.PutUint32(src[17:], CRC(src))
+	h, _ := ReadHeader(src)
+	d := ForDestination(src, Producer{ID: 1, Epoch: 0, Sequence: 9})
+	dh, _ := ReadHeader(d)
+	if dh.Attributes&AttrTransactional != 0 || !Valid(d) || len(d) != len(src) {
+		t.Fatalf("destination batch attributes %#x, valid %v, %d bytes for %d", dh.Attributes, Valid(d), len(d), len(src))
+	}
+	Restore(d, Source{BaseOffset: h.BaseOffset, LeaderEpoch: h.LeaderEpoch, Attributes: h.Attributes, MaxTimestamp: h.MaxTimestamp,
+		ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence, CRC: h.CRC, Length: h.Length})
+	if !bytes.Equal(d, src) {
+		t.Fatal("the restored batch differs from the source's")
+	}
 }

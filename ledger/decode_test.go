@@ -14,6 +14,7 @@ func TestDecode(t *testing.T) {
 		{V: Version, Kind: KindFiller, Src: 20, Last: 24, D: 10, Count: 5},
 		{V: Version, Kind: KindSegment, Src: 1000, Delta: 975},
 		{V: Version, Kind: KindHalt, Reason: "x"},
+		{V: 2, Kind: KindControl, Src: 30, Last: 30, D: 20, Count: 1, Marker: MarkerAbort, Raw: []byte{1, 2, 3}, SrcPID: 9},
 	} {
 		b, _ := json.Marshal(e)
 		got, err := Decode(b)
@@ -23,7 +24,8 @@ func TestDecode(t *testing.T) {
 	}
 	for name, in := range map[string]string{
 		"not json":     `{"v":1,"k":"batch"`,
-		"newer format": `{"v":2,"k":"batch","src":1}`,
+		"newer format": `{"v":3,"k":"batch","src":1}`,
+		"bare control": `{"v":2,"k":"control","src":5}`,
 		"unknown kind": `{"v":1,"k":"snapshot"}`,
 		"no kind":      `{"v":1}`,
 		"wrong type":   `{"v":1,"k":"batch","src":"ten"}`,

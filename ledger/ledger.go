@@ -26,8 +26,19 @@ import (
 	"offsetgate/rules"
 )
 
-// Version is the entry format this offsetgate writes.
-const Version = 1
+// Version is the newest entry format this offsetgate reads. Entries are written with the
+// lowest version that holds them (VersionOf), so an older offsetgate that shares the ledger
+// keeps reading what it can and stops at what it cannot.
+const Version = 2
+
+// VersionOf is the format version an entry is written with: 2 for the kinds version 2 added
+// (control batches), 1 for the rest.
+func VersionOf(e Entry) int {
+	if e.Kind == KindControl {
+		return 2
+	}
+	return 1
+}
 
 // Entry kinds.
 const (
@@ -36,6 +47,22 @@ const (
 	KindSegment = "segment" // a new shift segment: D = S - Delta from Src on
 	KindOwner   = "owner"   // the instance that writes this partition, and until when
 	KindHalt    = "halt"    // the partition stopped: D did not hold what was expected
+	// KindControl is a source control batch (a transaction's COMMIT or ABORT marker), which
+	// a stock destination does not take from a client: D holds filler records at its offsets
+	// and the entry keeps the original batch (Raw) to serve in its place.
+	KindControl = "control"
+)
+
+// Data reports whether an entry stands for records on D (a batch, fillers, or a control
+// batch held by fillers), as opposed to a segment, an ownership claim or a halt.
+func (e Entry) Data() bool {
+	return e.Kind == KindBatch || e.Kind == KindFiller || e.Kind == KindControl
+}
+
+// Markers of a control entry.
+const (
+	MarkerCommit = "commit"
+	MarkerAbort  = "abort"
 )
 
 // Entry is one ledger record.
@@ -73,6 +100,12 @@ type Entry struct {
 
 	// halt
 	Reason string `json:"reason,omitempty"`
+
+	// control: the marker and the whole source batch, byte for byte (also Src, Last, D, Count,
+	// Epoch, CRC, Len, Attrs, SrcPID, SrcPEpoch as for a batch; PID, PEpoch, Seq of the filler
+	// written in its place).
+	Marker string `json:"marker,omitempty"`
+	Raw    []byte `json:"raw,omitempty"`
 }
 
 // Decode reads one ledger record's value. It refuses what it cannot read exactly: bad JSON, an
@@ -88,6 +121,10 @@ func Decode(value []byte) (Entry, error) {
 	}
 	switch e.Kind {
 	case KindBatch, KindFiller, KindSegment, KindOwner, KindHalt:
+	case KindControl:
+		if (e.Marker != MarkerCommit && e.Marker != MarkerAbort) || len(e.Raw) == 0 {
+			return Entry{}, fmt.Errorf("control entry at source offset %d without its marker or batch", e.Src)
+		}
 	default:
 		return Entry{}, fmt.Errorf("entry of unknown kind %q", e.Kind)
 	}
@@ -138,7 +175,7 @@ func (l *Ledger) Ensure(ctx context.Context, topicID string, partitions int32) e
 func (l *Ledger) Append(ctx context.Context, topicID string, partition int32, es []Entry) error {
 	rs := make([]*kgo.Record, 0, len(es))
 	for _, e := range es {
-		e.V = Version
+		e.V = VersionOf(e)
 		b, err := json.Marshal(e)
 		if err != nil {
 			return err

@@ -683,17 +683,6 @@ func (e *engine) takeLocked(p *part, records []byte) {
 		if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
 			continue
 		}
-		if h.Attributes&(batch.AttrTransactional|batch.AttrControl) != 0 {
-			// Refused before anything of it is sent: offsetgate would refuse it too, less
-			// clearly. What was fetched before it is still written.
-			p.halt = fmt.Errorf("transactional batch at offset %d: this version mirrors dense, non-transactional topics only; everything before it is mirrored, nothing after", h.BaseOffset)
-			if len(c.hs) == 0 {
-				e.stopLocked(p, p.halt)
-				return
-			}
-			p.target = h.BaseOffset
-			break
-		}
 		c.data = append(c.data, b...)
 		c.hs = append(c.hs, h)
 	}

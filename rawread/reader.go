@@ -62,19 +62,38 @@ func (r *Reader) refresh(ctx context.Context) error {
 // larger than maxBytes asked for again whole) and the partition's high watermark. Transient
 // errors are retried; a source that went backwards is an ErrWentBackwards.
 func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]byte, int64, error) {
+	sets, p, err := r.fetch(ctx, offset, maxBytes, 0)
+	return sets, p.HighWatermark, err
+}
+
+// Committed is what a read_committed fetch says besides its batches.
+type Committed struct {
+	HighWatermark, LastStable int64
+	Aborted                   []kmsg.FetchResponseTopicPartitionAbortedTransaction
+}
+
+// FetchCommitted is Fetch at read_committed: the batches up to the last stable offset, and the
+// aborted transactions the answer names.
+func (r *Reader) FetchCommitted(ctx context.Context, offset int64, maxBytes int32) ([][]byte, Committed, error) {
+	sets, p, err := r.fetch(ctx, offset, maxBytes, 1)
+	return sets, Committed{p.HighWatermark, p.LastStableOffset, p.AbortedTransactions}, err
+}
+
+func (r *Reader) fetch(ctx context.Context, offset int64, maxBytes int32, isolation int8) ([][]byte, kmsg.FetchResponseTopicPartition, error) {
+	var none kmsg.FetchResponseTopicPartition
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		if attempt > 0 || !r.known {
 			if attempt > 0 {
 				select {
 				case <-ctx.Done():
-					return nil, 0, ctx.Err()
+					return nil, none, ctx.Err()
 				case <-time.After(time.Duration(min(attempt, 5)) * 100 * time.Millisecond):
 				}
 			}
 			if err := r.refresh(ctx); err != nil {
 				if errors.Is(err, ErrWentBackwards) {
-					return nil, 0, err
+					return nil, none, err
 				}
 				last = err
 				continue
@@ -82,7 +101,7 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 		}
 		req := kmsg.NewPtrFetchRequest()
 		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = int32(FetchWait.Milliseconds()), 1, maxBytes, -1
-		req.IsolationLevel = 0 // read_uncommitted: markers and open transactions are seen
+		req.IsolationLevel = isolation // 0, read_uncommitted: markers and open transactions are seen
 		ft := kmsg.NewFetchRequestTopic()
 		ft.Topic, ft.TopicID = r.topic, r.id
 		fp := kmsg.NewFetchRequestTopicPartition()
@@ -107,7 +126,7 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 			if errors.Is(err, kerr.OffsetOutOfRange) {
 				if err := r.OutOfRange(ctx, offset); err != nil {
-					return nil, 0, err
+					return nil, none, err
 				}
 			}
 			last = fmt.Errorf("fetch from the source (broker %d) at %d: %w", r.leader, offset, err)
@@ -118,7 +137,7 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 			sets, err = WholeBatches(p.RecordBatches), nil
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, none, err
 		}
 		if len(sets) == 0 && len(p.RecordBatches) > 0 {
 			// One batch larger than maxBytes: ask for it whole.
@@ -128,9 +147,9 @@ func (r *Reader) Fetch(ctx context.Context, offset int64, maxBytes int32) ([][]b
 				continue
 			}
 		}
-		return sets, p.HighWatermark, nil
+		return sets, p, nil
 	}
-	return nil, 0, last
+	return nil, none, last
 }
 
 // OutOfRange tells a partition that went backwards (its end is below offset) from a moment of

@@ -33,6 +33,12 @@ import (
 var fetchHandler = handler{request: fetchRequest, response: rewriteFetch}
 
 func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) {
+	return rewriteFetchAt(s, version, body, false)
+}
+
+// rewriteFetchAt is rewriteFetch for a request at an isolation level (committed:
+// read_committed).
+func rewriteFetchAt(s *Session, version int16, body []byte, committed bool) ([]byte, bool, error) {
 	mirrors := s.mirrorsOn()
 	if version < 16 && !mirrors {
 		return nil, false, nil
@@ -74,7 +80,7 @@ func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) 
 				if p.ErrorCode == 0 {
 					pv.TrimBelow(p.LogStartOffset) // D's retention removed what lies below
 				}
-				if !restorePartition(pv, p, info.Mark == nil) {
+				if !restorePartition(pv, p, info.Mark == nil, committed) {
 					s.noteStale(mirrorPart{*info, p.Partition})
 				}
 			}
@@ -139,12 +145,17 @@ func fetchRequest(s *Session, r *request) error {
 		}
 	}
 	req.Topics = keep
+	committed := req.IsolationLevel == 1
 	if len(unknown) > 0 {
 		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
-			return spliceFetchErrors(s, version, body, unknown)
+			return spliceFetchErrors(s, version, body, unknown, committed)
 		}
 	} else if !s.mirrorsOn() {
 		return nil
+	} else if committed {
+		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
+			return rewriteFetchAt(s, version, body, true)
+		}
 	}
 	var parts []mirrorPart
 	infos := make([]*catalog.Topic, len(req.Topics)) // each topic's, resolved once
@@ -199,8 +210,8 @@ func fetchRequest(s *Session, r *request) error {
 
 // spliceFetchErrors rewrites a Fetch answer as usual and adds partitions offsetgate answers
 // itself with an error.
-func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal) ([]byte, bool, error) {
-	nb, changed, err := rewriteFetch(s, version, body)
+func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal, committed bool) ([]byte, bool, error) {
+	nb, changed, err := rewriteFetchAt(s, version, body, committed)
 	if err != nil {
 		return nil, false, err
 	}
@@ -241,10 +252,28 @@ func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal) (
 // batches written after the mirror (by ordinary producers) are served in the source's terms too:
 // offsets shifted as the last mirrored batch was, epochs above every source epoch served (the
 // presented space), so consumers go on across the promotion without a jump.
-func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted bool) bool {
+//
+// Transactions are the source's: D holds them as plain batches (and fillers for the markers),
+// so the last stable offset and the aborted transactions come from the index. A read_committed
+// answer (committed) stops before the last stable offset and names the aborted transactions of
+// what it serves, as the source's broker does.
+func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, committed bool) bool {
 	p.HighWatermark = pv.ToSource(p.HighWatermark)
-	p.LastStableOffset = pv.ToSource(p.LastStableOffset)
 	p.LogStartOffset = pv.ToSource(p.LogStartOffset)
+	// D's own last stable offset is its high watermark for what was mirrored (no transaction
+	// is open on D), and counts after a promotion (producers write D's own transactions).
+	lso := pv.ToSource(p.LastStableOffset)
+	if l := pv.LastStable(); l >= 0 {
+		lso = min(lso, l)
+	}
+	p.LastStableOffset = lso
+	// D's aborted transactions are its own (after a promotion), in D offsets.
+	dAborted := p.AbortedTransactions
+	p.AbortedTransactions = nil
+	for _, a := range dAborted {
+		a.FirstOffset = pv.ToSource(a.FirstOffset)
+		p.AbortedTransactions = append(p.AbortedTransactions, a)
+	}
 	if p.CurrentLeader.LeaderEpoch >= 0 {
 		p.CurrentLeader.LeaderEpoch += pv.EpochBase()
 	}
@@ -252,6 +281,13 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 	var out []byte // nil while the kept batches are one run from the start
 	keptEnd, off := 0, 0
 	fresh := true
+	servedFrom, servedTo := int64(-1), int64(-1) // source offsets of what is served
+	served := func(first, last int64) {
+		if servedFrom < 0 {
+			servedFrom = first
+		}
+		servedTo = last + 1
+	}
 	for off < len(recs) {
 		h, err := batch.ReadHeader(recs[off:])
 		if err != nil || off+h.Size() > len(recs) {
@@ -260,11 +296,16 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 		b := recs[off : off+h.Size()]
 		e, ok := pv.At(h.BaseOffset)
 		if !ok && promoted && h.BaseOffset >= pv.DestEnd() {
+			src := pv.ToSource(h.BaseOffset)
+			if committed && src >= lso {
+				break
+			}
 			off += h.Size()
-			binary.BigEndian.PutUint64(b[0:], uint64(pv.ToSource(h.BaseOffset)))
+			binary.BigEndian.PutUint64(b[0:], uint64(src))
 			if h.LeaderEpoch >= 0 {
 				binary.BigEndian.PutUint32(b[12:], uint32(h.LeaderEpoch+pv.EpochBase()))
 			}
+			served(src, src+int64(h.LastOffsetDelta))
 			if out != nil {
 				out = append(out, b...)
 			} else {
@@ -279,15 +320,27 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			fresh = false
 			break
 		}
-		if (h.Attributes&batch.AttrControl != 0) != (!e.Filler && e.Attrs&batch.AttrControl != 0) {
-			// D holds a control batch where the ledger recorded data, or the other way round:
-			// something wrote to the mirror partition behind offsetgate. Restoring would turn
-			// one into the other (a record that never existed, or a lost one): serve nothing
-			// of this partition and say the storage is bad.
+		if committed && e.Src >= lso {
+			break // read_committed: nothing at or past the last stable offset
+		}
+		if h.Attributes&batch.AttrControl != 0 {
+			// offsetgate writes only data batches to a mirror partition (a source marker is
+			// held by fillers): a control batch on D was written behind offsetgate. Restoring
+			// over it would turn a marker into a record that never existed: serve nothing of
+			// this partition and say the storage is bad.
 			p.RecordBatches, p.ErrorCode = nil, 56 // KAFKA_STORAGE_ERROR
 			return true
 		}
 		off += h.Size()
+		if e.Control {
+			// The source's marker, byte for byte, in place of the fillers that hold its offsets.
+			if out == nil {
+				out = append(make([]byte, 0, len(recs)), recs[:keptEnd]...)
+			}
+			out = append(out, e.Raw...)
+			served(e.Src, e.Last)
+			continue
+		}
 		if e.Filler {
 			if out == nil {
 				out = append(make([]byte, 0, len(recs)), recs[:keptEnd]...)
@@ -296,6 +349,7 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 		}
 		batch.Restore(b, batch.Source{BaseOffset: e.Src, LeaderEpoch: e.Epoch, Attributes: e.Attrs, MaxTimestamp: e.MaxTS,
 			ProducerID: e.SrcPID, ProducerEpoch: e.SrcPEpoch, BaseSequence: e.SrcSeq, CRC: e.CRC, Length: e.Len})
+		served(e.Src, e.Last)
 		if out != nil {
 			out = append(out, b...)
 		} else {
@@ -306,6 +360,13 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 		p.RecordBatches = out
 	} else {
 		p.RecordBatches = recs[:keptEnd]
+	}
+	if committed && servedFrom >= 0 {
+		for _, a := range pv.AbortedIn(servedFrom, servedTo) {
+			at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+			at.ProducerID, at.FirstOffset = a.ProducerID, a.First
+			p.AbortedTransactions = append(p.AbortedTransactions, at)
+		}
 	}
 	return fresh
 }

@@ -60,6 +60,7 @@ func listOffsetsRequest(s *Session, r *request) error {
 			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
 		}
 	}
+	committed := req.IsolationLevel == 1
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {
 		resp := kmsg.ListOffsetsResponse{Version: v}
@@ -82,6 +83,13 @@ func listOffsetsRequest(s *Session, r *request) error {
 					p.Offset = a.pv.ToSource(p.Offset)
 					if end := a.pv.End(); end >= 0 && p.Offset > end {
 						a.pv.Stale() // D holds more than the index knows
+					}
+					if committed {
+						// read_committed: the source's last stable offset (D has no open
+						// transaction of the mirror's, so its own answer is its end).
+						if lso := a.pv.LastStable(); lso >= 0 {
+							p.Offset = min(p.Offset, lso)
+						}
 					}
 					if p.LeaderEpoch >= 0 {
 						p.LeaderEpoch += a.base

@@ -62,7 +62,7 @@ func TestRestorePartition(t *testing.T) {
 	partial := onD(c, 12, 2)
 	recs = append(recs, partial[:len(partial)-5]...)
 	p := kmsg.FetchResponseTopicPartition{HighWatermark: 16, LastStableOffset: 16, LogStartOffset: 0, RecordBatches: recs}
-	if !restorePartition(pv, &p, false) {
+	if !restorePartition(pv, &p, false, false) {
 		t.Fatal("restore reported an unknown batch")
 	}
 	want := append(append([]byte(nil), a...), b...)
@@ -76,7 +76,7 @@ func TestRestorePartition(t *testing.T) {
 	// A batch the index has not seen: served up to it, the index marked stale.
 	unknown := srcBatch(116, 1, 6)
 	p = kmsg.FetchResponseTopicPartition{HighWatermark: 17, RecordBatches: append(onD(c, 12, 2), onD(unknown, 16, 2)...)}
-	if restorePartition(pv, &p, false) {
+	if restorePartition(pv, &p, false, false) {
 		t.Fatal("an unknown batch was not reported")
 	}
 	if string(p.RecordBatches) != string(c) || !pv.NeedsRefresh() {
@@ -84,7 +84,7 @@ func TestRestorePartition(t *testing.T) {
 	}
 	// Fillers only: nothing.
 	p = kmsg.FetchResponseTopicPartition{HighWatermark: 16, RecordBatches: filler}
-	restorePartition(pv, &p, false)
+	restorePartition(pv, &p, false, false)
 	if len(p.RecordBatches) != 0 {
 		t.Fatalf("a fillers-only answer gave %d bytes", len(p.RecordBatches))
 	}
@@ -99,7 +99,7 @@ func TestRestorePromoted(t *testing.T) {
 	after := srcBatch(0, 2, 1) // as an ordinary producer's batch lands on D: D offset 3, D epoch 1
 	binary.BigEndian.PutUint64(after[0:], 3)
 	p := kmsg.FetchResponseTopicPartition{HighWatermark: 5, RecordBatches: append(onD(a, 0, 1), after...)}
-	if !restorePartition(pv, &p, true) {
+	if !restorePartition(pv, &p, true, false) {
 		t.Fatal("a batch after the ledger's end was taken for an unknown one")
 	}
 	bs, hs, err := batch.Split(p.RecordBatches)
@@ -111,5 +111,63 @@ func TestRestorePromoted(t *testing.T) {
 	}
 	if p.HighWatermark != 105 {
 		t.Fatalf("high watermark %d, want 105", p.HighWatermark)
+	}
+}
+
+// txnBatch is srcBatch marked transactional for producer pid.
+func txnBatch(base int64, n int, pid int64) []byte {
+	b := srcBatch(base, n, 5)
+	binary.BigEndian.PutUint16(b[21:], batch.AttrTransactional)
+	binary.BigEndian.PutUint64(b[43:], uint64(pid))
+	binary.BigEndian.PutUint32(b[17:], batch.CRC(b))
+	return b
+}
+
+func abortMarker(base int64, pid int64) []byte {
+	r := kmsg.Record{Key: (&kmsg.ControlRecordKey{Type: 0}).AppendTo(nil), Value: (&kmsg.EndTxnMarker{CoordinatorEpoch: 1}).AppendTo(nil)}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	b := kmsg.RecordBatch{FirstOffset: base, PartitionLeaderEpoch: 5, Magic: 2, Attributes: batch.AttrControl | batch.AttrTransactional,
+		FirstTimestamp: 1000, MaxTimestamp: 1000, ProducerID: pid, ProducerEpoch: 3, FirstSequence: -1, NumRecords: 1, Records: r.AppendTo(nil)}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
+	return out
+}
+
+// A transaction comes back as the source had it: its batches with their transactional bit,
+// the ABORT marker byte for byte where D holds a filler; read_uncommitted sees everything,
+// read_committed stops at the open transaction and names the aborted one.
+func TestRestoreTransactions(t *testing.T) {
+	aborted, marker, plain, open := txnBatch(100, 3, 42), abortMarker(103, 42), srcBatch(104, 2, 5), txnBatch(106, 1, 50)
+	ctl := ledger.Entry{Kind: ledger.KindControl, Src: 103, Last: 103, D: 3, Count: 1, SrcPID: 42, Marker: ledger.MarkerAbort, Raw: marker}
+	filler := batch.Filler(1, 1000, batch.Producer{ID: 7, Sequence: 103})
+	binary.BigEndian.PutUint64(filler[0:], 3)
+	var d []byte
+	d = append(d, onD(aborted, 0, 2)...)
+	d = append(d, filler...)
+	d = append(d, onD(plain, 4, 2)...)
+	d = append(d, onD(open, 6, 2)...)
+	for _, committed := range []bool{false, true} {
+		pv := view.NewPartition([]ledger.Entry{entry(aborted, 0), ctl, entry(plain, 4), entry(open, 6)})
+		p := kmsg.FetchResponseTopicPartition{HighWatermark: 7, LastStableOffset: 7, RecordBatches: append([]byte(nil), d...)}
+		if !restorePartition(pv, &p, false, committed) {
+			t.Fatal("a known answer marked the index stale")
+		}
+		want := append(append(append([]byte(nil), aborted...), marker...), plain...)
+		if !committed {
+			want = append(want, open...)
+		}
+		if string(p.RecordBatches) != string(want) {
+			t.Fatalf("committed=%v: served %d bytes, not the source's %d", committed, len(p.RecordBatches), len(want))
+		}
+		if p.LastStableOffset != 106 || p.HighWatermark != 107 {
+			t.Fatalf("committed=%v: high watermark %d, last stable %d; want 107, 106", committed, p.HighWatermark, p.LastStableOffset)
+		}
+		switch {
+		case committed && (len(p.AbortedTransactions) != 1 || p.AbortedTransactions[0].ProducerID != 42 || p.AbortedTransactions[0].FirstOffset != 100):
+			t.Fatalf("aborted transactions %+v, want producer 42 from 100", p.AbortedTransactions)
+		case !committed && len(p.AbortedTransactions) != 0:
+			t.Fatalf("read_uncommitted answer names aborted transactions: %+v", p.AbortedTransactions)
+		}
 	}
 }

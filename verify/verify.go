@@ -67,13 +67,22 @@ type Result struct {
 	Diff      *Difference
 	// Tail is how many source offsets are beyond what offsetgate holds (not mirrored yet).
 	Tail int64
-	Err  error
+	// Transactional is set when a transactional batch was compared; then the read_committed
+	// views were compared too: the last stable offsets (SourceLSO, ProxyLSO) and the aborted
+	// transactions each side names over the range (Aborted, the source's count).
+	Transactional       bool
+	SourceLSO, ProxyLSO int64
+	Aborted             int
+	Err                 error
 }
 
 // Line is the one-line report of a partition.
 func (r Result) Line(topic string) string {
 	head := fmt.Sprintf("%s[%d] [%d, %d): %d batches, %d records, %d bytes compared, source tail not mirrored: %d",
 		topic, r.Partition, r.From, r.To, r.Batches, r.Records, r.Bytes, r.Tail)
+	if r.Transactional {
+		head += fmt.Sprintf(", last stable offset %d (source %d), %d aborted transactions", r.ProxyLSO, r.SourceLSO, r.Aborted)
+	}
 	switch {
 	case r.Err != nil:
 		return head + ": ERROR: " + r.Err.Error()
@@ -126,6 +135,9 @@ func Run(ctx context.Context, cfg Config, report func(Result)) ([]Result, error)
 		default:
 			r.From, r.To, r.Tail = max(sStart[p], pStart[p]), min(se, pe), max(se-pe, 0)
 			r.Err = compare(ctx, cfg, &r)
+			if r.Err == nil && r.Diff == nil && r.Transactional {
+				r.Err = compareCommitted(ctx, cfg, &r)
+			}
 			if r.Diff != nil {
 				r.Diff.copy = cfg.CopyName
 			}
@@ -270,7 +282,67 @@ func compare(ctx context.Context, cfg Config, r *Result) error {
 		r.Batches++
 		r.Records += int64(h.RecordCount)
 		r.Bytes += int64(len(sb))
+		r.Transactional = r.Transactional || h.Attributes&batch.AttrTransactional != 0
 	}
+}
+
+// committedView reads one side at read_committed over [from, to): its last stable offset and
+// the aborted transactions it names ("producer@first"), as a consumer would be told them.
+func committedView(ctx context.Context, rd *rawread.Reader, from, to int64, maxBytes int32) (int64, map[string]bool, error) {
+	aborted := map[string]bool{}
+	next, lso := from, int64(-1)
+	for {
+		sets, c, err := rd.FetchCommitted(ctx, next, maxBytes)
+		if err != nil {
+			return 0, nil, err
+		}
+		lso = c.LastStable
+		for _, a := range c.Aborted {
+			if a.FirstOffset < to {
+				aborted[fmt.Sprintf("%d@%d", a.ProducerID, a.FirstOffset)] = true
+			}
+		}
+		if len(sets) == 0 {
+			return lso, aborted, nil
+		}
+		next = mustHeader(sets[len(sets)-1]).LastOffset() + 1
+		if next >= min(to, lso) {
+			return lso, aborted, nil
+		}
+	}
+}
+
+// compareCommitted compares what read_committed consumers are told on both sides over the
+// range compared: the last stable offset (when the mirror holds everything) and the aborted
+// transactions.
+func compareCommitted(ctx context.Context, cfg Config, r *Result) error {
+	slso, sab, err := committedView(ctx, rawread.New(cfg.Source, cfg.Topic, r.Partition), r.From, r.To, cfg.MaxBytes)
+	if err != nil {
+		return fmt.Errorf("reading the source at read_committed: %w", err)
+	}
+	plso, pab, err := committedView(ctx, rawread.New(cfg.Proxy, cfg.Topic, r.Partition), r.From, r.To, cfg.MaxBytes)
+	if err != nil {
+		return fmt.Errorf("reading through offsetgate at read_committed: %w", err)
+	}
+	r.SourceLSO, r.ProxyLSO, r.Aborted = slso, plso, len(sab)
+	switch {
+	case r.Tail == 0 && slso != plso, plso > slso:
+		r.Diff = &Difference{Offset: min(slso, plso), Field: "last stable offset", Source: fmt.Sprint(slso), Proxy: fmt.Sprint(plso)}
+	default:
+		for k := range sab {
+			if !pab[k] {
+				r.Diff = &Difference{Offset: r.From, Field: "aborted transactions", Source: "producer@first " + k, Proxy: "not named"}
+				return nil
+			}
+		}
+		for k := range pab {
+			if !sab[k] {
+				r.Diff = &Difference{Offset: r.From, Field: "aborted transactions", Source: "not named", Proxy: "producer@first " + k}
+				return nil
+			}
+		}
+	}
+	return nil
 }
 
 func present(b []byte) string {

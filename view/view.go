@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"offsetgate/batch"
 	"offsetgate/catalog"
 	"offsetgate/ledger"
 )
@@ -46,6 +47,11 @@ type Entry struct {
 	SrcPID    int64
 	SrcPEpoch int16
 	SrcSeq    int32
+
+	// A control batch (a transaction marker): D holds fillers at its offsets, and Raw is the
+	// source batch to serve in their place.
+	Control bool
+	Raw     []byte
 }
 
 // end is the destination offset after the entry.
@@ -67,6 +73,18 @@ type Partition struct {
 	entries    []Entry
 	epochs     []epochStart // where each source leader epoch starts, in order
 	ledgerNext int64        // next ledger offset to read
+	// Transactions, in source offsets: the first offset of each source producer's open
+	// transaction, and the aborted ones (for read_committed answers).
+	open    map[int64]int64
+	aborted []Aborted
+}
+
+// Aborted is an aborted source transaction: the producer, its first offset and its ABORT
+// marker's offset.
+type Aborted struct {
+	ProducerID int64
+	First      int64
+	Marker     int64
 }
 
 // Stale marks the index as behind the destination: the next request for the partition
@@ -85,7 +103,7 @@ func (p *Partition) add(es []ledger.Entry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, le := range es {
-		if le.Kind != ledger.KindBatch && le.Kind != ledger.KindFiller {
+		if !le.Data() {
 			continue
 		}
 		if n := len(p.entries); n > 0 && le.D < p.entries[n-1].end() {
@@ -99,8 +117,59 @@ func (p *Partition) add(es []ledger.Entry) {
 				p.epochs = append(p.epochs, epochStart{e.Epoch, e.Src})
 			}
 		}
+		switch {
+		case le.Kind == ledger.KindControl:
+			e.Control, e.Raw = true, le.Raw
+			first, ok := p.open[le.SrcPID]
+			if !ok {
+				first = le.Src // its data lies before the mirror's start: nothing here to hide
+			}
+			delete(p.open, le.SrcPID)
+			if le.Marker == ledger.MarkerAbort {
+				p.aborted = append(p.aborted, Aborted{ProducerID: le.SrcPID, First: first, Marker: le.Src})
+			}
+		case !e.Filler && e.Attrs&batch.AttrTransactional != 0:
+			if p.open == nil {
+				p.open = map[int64]int64{}
+			}
+			if _, ok := p.open[e.SrcPID]; !ok {
+				p.open[e.SrcPID] = e.Src
+			}
+		}
 		p.entries = append(p.entries, e)
 	}
+}
+
+// LastStable is the source's last stable offset as far as the index goes: the first offset of
+// the earliest transaction still open, or the mirrored end (-1 when nothing is mirrored).
+// read_committed consumers read up to it, as on the source.
+func (p *Partition) LastStable() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	lso := int64(-1)
+	if n := len(p.entries); n > 0 {
+		lso = p.entries[n-1].Last + 1
+	}
+	for _, first := range p.open {
+		lso = min(lso, first)
+	}
+	return lso
+}
+
+// AbortedIn lists the aborted transactions a read_committed answer holding source offsets
+// [from, to) must name, as the source's broker does: those that end at or after from and
+// start before to.
+func (p *Partition) AbortedIn(from, to int64) []Aborted {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	i := sort.Search(len(p.aborted), func(i int) bool { return p.aborted[i].Marker >= from })
+	var out []Aborted
+	for ; i < len(p.aborted); i++ {
+		if a := p.aborted[i]; a.First < to {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // trimMin is the fewest entries a trim drops: trimming copies the entries kept, so it waits
@@ -131,6 +200,10 @@ func (p *Partition) TrimBelow(logStart int64) int {
 		return 0
 	}
 	p.entries = append(make([]Entry, 0, len(p.entries)-k+trimMin), p.entries[k:]...)
+	// Aborted transactions whose markers are gone from D cannot be read past any more.
+	first := p.entries[0].Src
+	j := sort.Search(len(p.aborted), func(i int) bool { return p.aborted[i].Marker >= first })
+	p.aborted = append([]Aborted(nil), p.aborted[j:]...)
 	return k
 }
 

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"fmt"
 	"testing"
 
 	"offsetgate/ledger"
@@ -164,5 +165,42 @@ func TestTrimBelow(t *testing.T) {
 	p.TrimBelow(10*n + 100)
 	if p.Len() != 1 || p.DestEnd() != full.DestEnd() || p.End() != full.End() {
 		t.Fatalf("after trimming past the end: %d entries, ends %d/%d (want 1, %d/%d)", p.Len(), p.DestEnd(), p.End(), full.DestEnd(), full.End())
+	}
+}
+
+// Transactions: the last stable offset stops at the earliest open transaction, and aborted
+// ones are listed for the ranges they overlap, as the source's broker lists them.
+func TestTransactions(t *testing.T) {
+	const txn = 0x10
+	p := NewPartition([]ledger.Entry{
+		{Kind: ledger.KindSegment, Src: 10, Delta: 10},
+		{Kind: ledger.KindBatch, Src: 10, Last: 11, D: 0, Count: 2, Attrs: txn, SrcPID: 5},
+		{Kind: ledger.KindBatch, Src: 12, Last: 12, D: 2, Count: 1, SrcPID: 9},
+		{Kind: ledger.KindBatch, Src: 13, Last: 13, D: 3, Count: 1, Attrs: txn, SrcPID: 6},
+	})
+	if got := p.LastStable(); got != 10 {
+		t.Fatalf("LastStable with two open transactions = %d, want 10", got)
+	}
+	p.add([]ledger.Entry{
+		{Kind: ledger.KindControl, Src: 14, Last: 14, D: 4, Count: 1, SrcPID: 5, Marker: ledger.MarkerAbort, Raw: []byte{1}},
+		{Kind: ledger.KindControl, Src: 15, Last: 15, D: 5, Count: 1, SrcPID: 6, Marker: ledger.MarkerCommit, Raw: []byte{2}},
+	})
+	if got := p.LastStable(); got != 16 {
+		t.Fatalf("LastStable with none open = %d, want 16 (the end)", got)
+	}
+	p.add([]ledger.Entry{{Kind: ledger.KindBatch, Src: 16, Last: 17, D: 6, Count: 2, Attrs: txn, SrcPID: 5}})
+	if got := p.LastStable(); got != 16 {
+		t.Fatalf("LastStable with a new open transaction = %d, want 16", got)
+	}
+	for _, c := range []struct {
+		from, to int64
+		want     string
+	}{{0, 20, "[{5 10 14}]"}, {11, 12, "[{5 10 14}]"}, {14, 20, "[{5 10 14}]"}, {15, 20, "[]"}, {0, 10, "[]"}} {
+		if got := fmt.Sprint(p.AbortedIn(c.from, c.to)); got != c.want {
+			t.Errorf("AbortedIn(%d, %d) = %s, want %s", c.from, c.to, got, c.want)
+		}
+	}
+	if e, ok := p.At(4); !ok || !e.Control || len(e.Raw) == 0 {
+		t.Fatalf("the abort marker's entry: %+v", e)
 	}
 }

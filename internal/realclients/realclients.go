@@ -90,6 +90,16 @@ func JavaConsume(ctx context.Context, bootstrap, topic string, count int, timeou
 // JavaConsumeSlow is JavaConsume taking at most maxPoll records per poll and pausing pauseMs
 // after each (0: the client's defaults, no pause), so a test can change the cluster under it.
 func JavaConsumeSlow(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string, maxPoll, pauseMs int) ([]Record, error) {
+	return javaConsume(ctx, bootstrap, topic, count, timeoutMs, group, maxPoll, pauseMs, "")
+}
+
+// JavaConsumeAt consumes at an isolation level ("read_committed", the Java tool's default, or
+// "read_uncommitted").
+func JavaConsumeAt(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, isolation string) ([]Record, error) {
+	return javaConsume(ctx, bootstrap, topic, count, timeoutMs, "", 0, 0, isolation)
+}
+
+func javaConsume(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string, maxPoll, pauseMs int, isolation string) ([]Record, error) {
 	libs, err := testkafka.LibsDir()
 	if err != nil {
 		return nil, err
@@ -104,6 +114,9 @@ func JavaConsumeSlow(ctx context.Context, bootstrap, topic string, count int, ti
 	}
 	if pauseMs > 0 {
 		args = append(args, "-Dpause.ms="+strconv.Itoa(pauseMs))
+	}
+	if isolation != "" {
+		args = append(args, "-Disolation.level="+isolation)
 	}
 	args = append(args, "-cp", filepath.Join(libs, "*"), src, "consume", bootstrap, topic, strconv.Itoa(count), strconv.Itoa(timeoutMs))
 	if group != "" {

@@ -47,7 +47,7 @@ public class ClientTool {
         p.put("key.deserializer", StringDeserializer.class.getName());
         p.put("value.deserializer", StringDeserializer.class.getName());
         p.put("auto.offset.reset", "earliest");
-        p.put("isolation.level", "read_committed");
+        p.put("isolation.level", System.getProperty("isolation.level", "read_committed"));
         // -Dmax.poll.records and -Dpause.ms make a slow consumer (tests move leaders under it).
         String maxPoll = System.getProperty("max.poll.records");
         if (maxPoll != null) p.put("max.poll.records", maxPoll);
