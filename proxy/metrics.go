@@ -20,6 +20,7 @@ type metrics struct {
 	latency        [128]prometheus.Observer
 	rewrites       [128]prometheus.Counter
 	localAnswers   [128]prometheus.Counter
+	waitTimeouts   [128]prometheus.Counter
 	upstreamErrors prometheus.Counter
 	pausedTotal    prometheus.Counter
 	bufferHigh     prometheus.Gauge
@@ -48,6 +49,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"})
 	rw := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_response_rewrites_total", Help: "Responses offsetgate rewrote, by api."}, []string{"api"})
 	la := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_local_answers_total", Help: "Requests offsetgate answered itself, by api."}, []string{"api"})
+	wt := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_wait_timeouts_total",
+		Help: "Requests refused because their wait for the destination (lookups, source views, durable writes) ran out of time, by api."}, []string{"api"})
 	for k := 0; k < len(m.requests); k++ {
 		name := kmsg.NameForKey(int16(k))
 		if name == "Unknown" || name == "" {
@@ -59,9 +62,10 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.latency[k] = lat.WithLabelValues(name)
 		m.rewrites[k] = rw.WithLabelValues(name)
 		m.localAnswers[k] = la.WithLabelValues(name)
+		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
 	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.bufferHigh, m.inFlight,
-		reqs, reqBytes, respBytes, lat, rw, la)
+		reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }
 
@@ -89,3 +93,4 @@ func (o observer) Response(key int16, bytes int, d time.Duration) {
 
 func (o observer) Rewrite(key int16)     { o.m.rewrites[idx(key)].Inc() }
 func (o observer) LocalAnswer(key int16) { o.m.localAnswers[idx(key)].Inc() }
+func (o observer) WaitTimeout(key int16) { o.m.waitTimeouts[idx(key)].Inc() }

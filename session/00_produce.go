@@ -29,7 +29,10 @@ import (
 )
 
 var produceHandler = handler{
-	request: produceRequest,
+	unsafe: true, // record sets stay in the frame
+	needs:  produceNeeds,
+	decide: produceDecide,
+	refuse: produceRefuse,
 	noResponse: func(h reqHeader, body []byte) bool {
 		acks, err := produceAcks(h.version, body)
 		return err == nil && acks == 0
@@ -92,64 +95,52 @@ type atOffsetPart struct {
 	records   []byte
 }
 
-func produceRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.ProduceRequest{Version: r.h.version}
-	if err := req.UnsafeReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	byID := r.h.version >= 13
-	var unknown []string
-	topics := make([]catalog.Topic, len(req.Topics))
-	found := make([]bool, len(req.Topics))
-	for i, t := range req.Topics {
-		var info catalog.Topic
-		var ok bool
-		if byID {
-			info, ok = s.cfg.Catalog.ByID(t.TopicID)
-			ok = ok || s.idKnown(t.TopicID)
+// produceNeeds: every topic written confirmed (its mark read up to date; ids need every topic
+// read), and the views of promoted topics' partitions, whose producers are told their offsets
+// in source terms.
+func produceNeeds(_ *Session, r *request) needs {
+	req := r.req.(*kmsg.ProduceRequest)
+	var n needs
+	for _, t := range req.Topics {
+		if r.h.version >= 13 {
+			n.ids = append(n.ids, t.TopicID)
 		} else {
-			info, ok = s.cfg.Catalog.ByName(t.Topic)
-		}
-		topics[i], found[i] = info, ok
-		if !ok {
-			// The name points into the read buffer, which the transport reuses while the
-			// lookup below runs on another goroutine.
-			unknown = append(unknown, strings.Clone(t.Topic))
+			n.names = append(n.names, t.Topic)
 		}
 	}
-	if len(unknown) > 0 && !r.resolved {
-		// Judge nothing on a guess: learn the ids first (ids need every topic read).
-		names := unknown
-		if byID {
-			names = nil
-		}
-		s.lookup(r, names, produceRequest)
-		return nil
-	}
-
-	// A topic promoted from a mirror keeps its source view: consumers read source offsets, so
-	// its producers must be told their records' offsets in the same terms.
-	var promoted []mirrorPart
-	for i, t := range req.Topics {
-		if info := topics[i]; info.Mark == nil && s.cfg.Catalog.Removed(info.ID) {
+	n.views = func(s *Session) ([]mirrorPart, []catalog.Topic) {
+		var parts []mirrorPart
+		for _, t := range req.Topics {
+			info := s.topicOf(t.Topic, t.TopicID)
+			if info == nil || info.Mark != nil {
+				continue
+			}
 			for _, p := range t.Partitions {
-				promoted = append(promoted, mirrorPart{info, p.Partition})
+				parts = append(parts, mirrorPart{*info, p.Partition})
 			}
 		}
+		return parts, nil
 	}
-	if len(promoted) > 0 && !s.viewed(r, promoted, nil, produceRequest) {
-		return nil
-	}
+	return n
+}
 
+func produceDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.ProduceRequest)
+	byID := r.h.version >= 13
 	policy := s.cfg.Policy()
 	atOffset := r.magic.Valid
 	var refused []refusal
 	var writes []atOffsetPart
-	for i, t := range req.Topics {
-		info := topics[i]
+	promoted := false
+	for _, t := range req.Topics {
+		var info catalog.Topic
+		var found bool
+		if byID {
+			info, _ = s.cfg.Catalog.ByID(t.TopicID)
+			found = s.idKnown(t.TopicID)
+		} else {
+			info, found = s.cfg.Catalog.ByName(t.Topic)
+		}
 		name := t.Topic
 		if byID {
 			name = info.Name
@@ -160,9 +151,9 @@ func produceRequest(s *Session, r *request) error {
 			}
 		}
 		switch {
-		case !found[i] && byID:
+		case !found && byID:
 			refuse(rules.ErrUnknownTopicID, "offsetgate: the destination does not show this topic id; nothing was written")
-		case !found[i]:
+		case !found:
 			refuse(rules.ErrUnknownTopic, fmt.Sprintf("offsetgate: the destination does not show topic %s; nothing was written", name))
 		case rules.IsOwnTopic(name):
 			refuse(rules.ErrTopicAuthorization, fmt.Sprintf("offsetgate: %s is offsetgate's own topic; clients may not write to it", name))
@@ -180,6 +171,10 @@ func produceRequest(s *Session, r *request) error {
 						partition: p.Partition, records: append([]byte(nil), p.Records...)})
 				}
 			}
+		case s.cfg.Catalog.Removed(info.ID):
+			// A topic promoted from a mirror keeps its source view: consumers read source
+			// offsets, so its producers are told their records' offsets in the same terms.
+			promoted = true
 		}
 	}
 	if len(writes) > 0 {
@@ -191,13 +186,26 @@ func produceRequest(s *Session, r *request) error {
 			r.replace = stripMagic(r.frame, r.h)
 			r.magic.stripped = true
 		}
-		if len(promoted) > 0 {
+		if promoted {
 			r.onResp = rewritePromotedProduce
 		}
 		return nil
 	}
 	finishRefused(s, r, req, refused)
 	return nil
+}
+
+// produceRefuse answers every partition of a Produce itself (a wait for the destination that
+// failed); nothing is written.
+func produceRefuse(s *Session, r *request, code int16, msg string) {
+	req := *r.req.(*kmsg.ProduceRequest)
+	var refused []refusal
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			refused = append(refused, refusal{topic: strings.Clone(t.Topic), topicID: t.TopicID, partition: p.Partition, code: code, msg: msg})
+		}
+	}
+	finishRefused(s, r, req, refused)
 }
 
 // finishRefused answers the refused (and mirrored) partitions itself and forwards the rest.

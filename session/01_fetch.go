@@ -30,7 +30,7 @@ import (
 	"offsetgate/view"
 )
 
-var fetchHandler = handler{request: fetchRequest, response: rewriteFetch}
+var fetchHandler = handler{needs: fetchNeeds, decide: fetchDecide, response: rewriteFetch}
 
 func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) {
 	return rewriteFetchAt(s, version, body, false)
@@ -98,30 +98,42 @@ func rewriteFetchAt(s *Session, version int16, body []byte, committed bool) ([]b
 	return out, true, nil
 }
 
-func fetchRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.FetchRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	// Every topic a fetch names must be known (its mark read up to date) before the request is
-	// forwarded, mirror topics or not yet: a mirror topic created through another instance a
-	// moment ago must not be served with the destination's offsets.
-	byID := r.h.version >= 13
-	var names []string
-	var ids []catalog.TopicID
-	for _, t := range req.Topics {
-		if byID {
-			ids = append(ids, t.TopicID)
+// fetchTopics names the request's topics and partitions (by name before v13, by id from v13).
+func fetchTopics(r *request) []namedTopic {
+	req := r.req.(*kmsg.FetchRequest)
+	topics := make([]namedTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		if r.h.version >= 13 {
+			topics[i].id = t.TopicID
 		} else {
-			names = append(names, t.Topic)
+			topics[i].name = t.Topic
+		}
+		for _, p := range t.Partitions {
+			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	if !s.knownIDs(r, ids, fetchRequest) || !s.known(r, names, fetchRequest) {
-		return nil
+	return topics
+}
+
+// fetchNeeds: every topic a fetch names must be known (its mark read up to date) before the
+// request is forwarded, mirror topics or not yet: a mirror topic created through another
+// instance a moment ago must not be served with the destination's offsets. The views of the
+// mirror partitions named are loaded, and so are those whose index fell behind in an earlier
+// answer, named or not (an incremental session keeps fetching them at the same offset).
+func fetchNeeds(s *Session, r *request) needs {
+	n := namedNeeds(fetchTopics(r))
+	stale := append([]mirrorPart(nil), s.staleFetch...)
+	named := n.views
+	n.views = func(s *Session) ([]mirrorPart, []catalog.Topic) {
+		parts, _ := named(s)
+		return append(parts, stale...), nil
 	}
+	return n
+}
+
+func fetchDecide(s *Session, r *request) error {
+	req := r.req.(*kmsg.FetchRequest)
+	byID := r.h.version >= 13
 	// Ids the destination does not show offsetgate are answered UNKNOWN_TOPIC_ID (clients then
 	// refresh their metadata) instead of being forwarded unjudged; offsetgate's own topics
 	// (the marks name who approved what, from where) are read only by approved mirroring
@@ -146,63 +158,30 @@ func fetchRequest(s *Session, r *request) error {
 	}
 	req.Topics = keep
 	committed := req.IsolationLevel == 1
-	if len(unknown) > 0 {
+	switch {
+	case len(unknown) > 0:
 		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
 			return spliceFetchErrors(s, version, body, unknown, committed)
 		}
-	} else if !s.mirrorsOn() {
+	case !s.mirrorsOn():
 		return nil
-	} else if committed {
+	case committed:
 		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
 			return rewriteFetchAt(s, version, body, true)
 		}
 	}
-	var parts []mirrorPart
-	infos := make([]*catalog.Topic, len(req.Topics)) // each topic's, resolved once
-	for i := range req.Topics {
-		t := &req.Topics[i]
-		if byID {
-			infos[i] = s.sourceTopicByID(t.TopicID)
-		} else {
-			infos[i] = s.sourceTopic(t.Topic)
-		}
-		if infos[i] == nil {
-			continue
-		}
-		for _, p := range t.Partitions {
-			parts = append(parts, mirrorPart{*infos[i], p.Partition})
-		}
-	}
-	// A partition whose index fell behind is refreshed before the next fetch even when the
-	// request leaves it out (an incremental session keeps fetching it at the same offset).
-	parts = append(parts, s.staleFetch...)
-	if len(parts) == 0 {
-		if len(unknown) > 0 {
-			r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-		}
-		return nil
-	}
-	if !s.viewed(r, parts, nil, fetchRequest) {
-		return nil
-	}
-	s.staleFetch = s.staleFetch[:0]
-	for i := range req.Topics {
-		t, info := &req.Topics[i], infos[i]
-		if info == nil {
-			continue
-		}
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			pv := s.partView(*info, p.Partition)
-			if pv == nil {
-				// Never serve D's batches as the source's: the client retries the connection.
-				return errViewUnavailable(info.Name, p.Partition)
-			}
-			p.FetchOffset = pv.ToDest(p.FetchOffset)
-			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, pv.EpochBase())
-			p.LastFetchedEpoch = -1
-			p.LogStartOffset = -1
-		}
+	s.staleFetch = s.staleFetch[:0] // loaded by now, or the fetch below is refused
+	translated := len(unknown) > 0
+	err := s.eachView(r, fetchTopics(r), func(ti, pi int, _ *catalog.Topic, pv *view.Partition) {
+		p := &req.Topics[ti].Partitions[pi]
+		p.FetchOffset = pv.ToDest(p.FetchOffset)
+		p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, pv.EpochBase())
+		p.LastFetchedEpoch = -1
+		p.LogStartOffset = -1
+		translated = true
+	})
+	if err != nil || !translated {
+		return err
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 	return nil

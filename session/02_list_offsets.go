@@ -14,19 +14,17 @@ package session
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/catalog"
 	"offsetgate/view"
 )
 
-var listOffsetsHandler = handler{request: listOffsetsRequest}
+var listOffsetsHandler = handler{
+	needs:  func(_ *Session, r *request) needs { return namedNeeds(listOffsetsTopics(r)) },
+	decide: listOffsetsDecide,
+}
 
-func listOffsetsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.ListOffsetsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+func listOffsetsTopics(r *request) []namedTopic {
+	req := r.req.(*kmsg.ListOffsetsRequest)
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
 		topics[i].name = t.Topic
@@ -34,31 +32,26 @@ func listOffsetsRequest(s *Session, r *request) error {
 			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	if ok, err := s.viewsReady(r, listOffsetsRequest, topics, nil); !ok {
-		return err
-	}
+	return topics
+}
+
+func listOffsetsDecide(s *Session, r *request) error {
+	req := r.req.(*kmsg.ListOffsetsRequest)
 	type asked struct {
 		pv        *view.Partition
 		base      int32
 		timestamp int64
 	}
 	asks := map[partKey]asked{}
-	for i := range req.Topics {
-		t := &req.Topics[i]
-		info := s.sourceTopic(t.Topic)
-		if info == nil {
-			continue
-		}
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			pv := s.partView(*info, p.Partition)
-			if pv == nil {
-				return errViewUnavailable(t.Topic, p.Partition)
-			}
-			base := pv.EpochBase()
-			asks[partKey{t.Topic, p.Partition}] = asked{pv, base, p.Timestamp}
-			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
-		}
+	err := s.eachView(r, listOffsetsTopics(r), func(ti, pi int, _ *catalog.Topic, pv *view.Partition) {
+		t := &req.Topics[ti]
+		p := &t.Partitions[pi]
+		base := pv.EpochBase()
+		asks[partKey{t.Topic, p.Partition}] = asked{pv, base, p.Timestamp}
+		p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
+	})
+	if err != nil || len(asks) == 0 {
+		return err
 	}
 	committed := req.IsolationLevel == 1
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())

@@ -20,49 +20,46 @@ import (
 	"offsetgate/catalog"
 )
 
-var metadataHandler = handler{request: metadataRequest, response: rewriteMetadata}
+var metadataHandler = handler{
+	active:   func(s *Session) bool { return s.mirrorsOn() },
+	needs:    metadataNeeds,
+	decide:   func(*Session, *request) error { return nil }, // the answer is what changes
+	response: rewriteMetadata,
+}
 
-func metadataRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() || r.viewed {
-		return nil
-	}
-	req := kmsg.MetadataRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+// metadataNeeds: the views of the mirror topics the answer will hold. A request for every
+// topic needs every mirror topic's view; offsetgate loads them in the background when it
+// starts, so this waits only for the ones not loaded yet (an answer with LEADER_NOT_AVAILABLE
+// instead would end up in clients' metadata caches and fail their admin calls). A topic named
+// that offsetgate has not confirmed (a mirror topic created through another instance a moment
+// ago) is looked up first, so its view is loaded before the answer presents its epochs.
+func metadataNeeds(_ *Session, r *request) needs {
+	req := r.req.(*kmsg.MetadataRequest)
 	if req.Topics == nil || (r.h.version == 0 && len(req.Topics) == 0) {
-		// Every topic: every mirror topic's view is needed for the answer. offsetgate loads
-		// them in the background when it starts, so this waits only for the ones not loaded
-		// yet (an answer with LEADER_NOT_AVAILABLE instead would end up in clients' metadata
-		// caches and fail their admin calls).
-		s.viewed(r, nil, s.cfg.Catalog.Mirrors(), metadataRequest)
-		return nil
+		return needs{views: func(s *Session) ([]mirrorPart, []catalog.Topic) { return nil, s.cfg.Catalog.Mirrors() }}
 	}
-	var names []string
+	var n needs
 	for _, t := range req.Topics {
 		if t.Topic != nil {
-			names = append(names, *t.Topic)
+			n.names = append(n.names, *t.Topic)
 		}
 	}
-	// A mirror topic created through another instance a moment ago: learn its id first, so its
-	// view is loaded before the answer presents its epochs.
-	if !s.known(r, names, metadataRequest) {
-		return nil
-	}
-	var topics []catalog.Topic
-	for _, t := range req.Topics {
-		var info *catalog.Topic
-		if t.Topic != nil {
-			info = s.sourceTopic(*t.Topic)
-		} else {
-			info = s.sourceTopicByID(t.TopicID)
+	n.views = func(s *Session) ([]mirrorPart, []catalog.Topic) {
+		var topics []catalog.Topic
+		for _, t := range req.Topics {
+			var info *catalog.Topic
+			if t.Topic != nil {
+				info = s.sourceTopic(*t.Topic)
+			} else {
+				info = s.sourceTopicByID(t.TopicID)
+			}
+			if info != nil {
+				topics = append(topics, *info)
+			}
 		}
-		if info != nil {
-			topics = append(topics, *info)
-		}
+		return nil, topics
 	}
-	s.viewed(r, nil, topics, metadataRequest)
-	return nil
+	return n
 }
 
 func rewriteMetadata(s *Session, version int16, body []byte) ([]byte, bool, error) {

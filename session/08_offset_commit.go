@@ -2,18 +2,20 @@ package session
 
 // OffsetCommit (key 8): source offsets in, destination offsets to D (see commits.go).
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
 
-var offsetCommitHandler = handler{request: offsetCommitRequest}
+	"offsetgate/catalog"
+	"offsetgate/view"
+)
 
-func offsetCommitRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.OffsetCommitRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+var offsetCommitHandler = handler{
+	needs:  func(_ *Session, r *request) needs { return namedNeeds(offsetCommitTopics(r)) },
+	decide: offsetCommitDecide,
+}
+
+func offsetCommitTopics(r *request) []namedTopic {
+	req := r.req.(*kmsg.OffsetCommitRequest)
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
 		topics[i].name, topics[i].id = t.Topic, t.TopicID
@@ -21,23 +23,19 @@ func offsetCommitRequest(s *Session, r *request) error {
 			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	if ok, err := s.viewsReady(r, offsetCommitRequest, topics, nil); !ok {
+	return topics
+}
+
+func offsetCommitDecide(s *Session, r *request) error {
+	req := r.req.(*kmsg.OffsetCommitRequest)
+	changed := false
+	err := s.eachView(r, offsetCommitTopics(r), func(ti, pi int, _ *catalog.Topic, pv *view.Partition) {
+		p := &req.Topics[ti].Partitions[pi]
+		p.Offset, p.LeaderEpoch = committedToDest(pv, p.Offset)
+		changed = true
+	})
+	if err != nil || !changed {
 		return err
-	}
-	for i := range req.Topics {
-		t := &req.Topics[i]
-		info := s.topicOf(t.Topic, t.TopicID)
-		if info == nil {
-			continue
-		}
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			pv := s.partView(*info, p.Partition)
-			if pv == nil {
-				return errViewUnavailable(info.Name, p.Partition)
-			}
-			p.Offset, p.LeaderEpoch = committedToDest(pv, p.Offset)
-		}
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 	return nil

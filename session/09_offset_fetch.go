@@ -12,39 +12,63 @@ import (
 	"offsetgate/catalog"
 )
 
-var offsetFetchHandler = handler{request: offsetFetchRequest}
+var offsetFetchHandler = handler{
+	needs:  offsetFetchNeeds,
+	decide: offsetFetchDecide,
+}
 
-func offsetFetchRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.OffsetFetchRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	all := false
-	var names []string
-	var ids []catalog.TopicID
+// offsetFetchNamed lists the topics an OffsetFetch names, and whether one of its groups asks
+// for every topic.
+func offsetFetchNamed(r *request) (all bool, names []string, ids []catalog.TopicID) {
+	req := r.req.(*kmsg.OffsetFetchRequest)
 	if r.h.version < 8 {
 		all = req.Topics == nil
 		for _, t := range req.Topics {
 			names = append(names, t.Topic)
 		}
-	} else {
-		for _, g := range req.Groups {
-			all = all || g.Topics == nil
-			for _, t := range g.Topics {
-				if t.Topic != "" {
-					names = append(names, t.Topic)
-				} else {
-					ids = append(ids, t.TopicID)
-				}
+		return all, names, nil
+	}
+	for _, g := range req.Groups {
+		all = all || g.Topics == nil
+		for _, t := range g.Topics {
+			if t.Topic != "" {
+				names = append(names, t.Topic)
+			} else {
+				ids = append(ids, t.TopicID)
 			}
 		}
 	}
-	if !s.knownIDs(r, ids, offsetFetchRequest) || !s.known(r, names, offsetFetchRequest) {
-		return nil
-	}
+	return all, names, ids
+}
+
+// offsetFetchNeeds: the topics named, confirmed, and the whole views of the source-view ones
+// (every one when a group asks for all its topics): the answer may hold any partition.
+func offsetFetchNeeds(_ *Session, r *request) needs {
+	all, names, ids := offsetFetchNamed(r)
+	return needs{names: names, ids: ids, views: func(s *Session) ([]mirrorPart, []catalog.Topic) {
+		if !s.mirrorsOn() {
+			return nil, nil
+		}
+		var topics []catalog.Topic
+		if all {
+			topics = s.cfg.Catalog.Mirrors()
+		}
+		for _, n := range names {
+			if info := s.sourceTopic(n); info != nil {
+				topics = append(topics, *info)
+			}
+		}
+		for _, id := range ids {
+			if info := s.sourceTopicByID(id); info != nil {
+				topics = append(topics, *info)
+			}
+		}
+		return nil, topics
+	}}
+}
+
+func offsetFetchDecide(s *Session, r *request) error {
+	all, names, ids := offsetFetchNamed(r)
 	for _, id := range ids {
 		if !s.idKnown(id) {
 			return fmt.Errorf("%w: OffsetFetch names topic id %s, which the destination does not show offsetgate", ErrUnjudged, catalog.IDString(id))
@@ -53,24 +77,14 @@ func offsetFetchRequest(s *Session, r *request) error {
 	if !s.mirrorsOn() {
 		return nil
 	}
-	var topics []catalog.Topic
-	if all {
-		topics = s.cfg.Catalog.Mirrors()
-	}
+	some := all
 	for _, n := range names {
-		if info := s.sourceTopic(n); info != nil {
-			topics = append(topics, *info)
-		}
+		some = some || s.sourceTopic(n) != nil
 	}
 	for _, id := range ids {
-		if info := s.sourceTopicByID(id); info != nil {
-			topics = append(topics, *info)
-		}
+		some = some || s.sourceTopicByID(id) != nil
 	}
-	if len(topics) == 0 {
-		return nil
-	}
-	if !s.viewed(r, nil, topics, offsetFetchRequest) {
+	if !some {
 		return nil
 	}
 	r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {

@@ -13,17 +13,13 @@ package session
 // advertised: every current client (Java 1.0+, librdkafka, franz-go) uses v1.
 
 import (
-	"fmt"
-
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var saslHandshakeHandler = handler{
-	request: func(s *Session, r *request) error {
-		req := kmsg.SASLHandshakeRequest{Version: r.h.version}
-		if err := req.ReadFrom(r.body); err != nil {
-			return fmt.Errorf("%w: malformed SaslHandshake: %v", ErrFrame, err)
-		}
+	active: always,
+	decide: func(s *Session, r *request) error {
+		req := r.req.(*kmsg.SASLHandshakeRequest)
 		ex, ok := s.sasl.startHandshake(req.Mechanism)
 		if !ok {
 			s.log.Debug("SaslHandshake refused: no login may start now")

@@ -23,7 +23,7 @@ import (
 	"offsetgate/rules"
 )
 
-var createTopicsHandler = handler{request: createTopicsRequest}
+var createTopicsHandler = handler{decide: createTopicsDecide}
 
 type topicRefusal struct {
 	topic string
@@ -31,14 +31,8 @@ type topicRefusal struct {
 	msg   string
 }
 
-func createTopicsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.CreateTopicsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+func createTopicsDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.CreateTopicsRequest)
 	var refused []topicRefusal
 	mirrors := map[string]map[string]string{} // topic -> source settings
 	plain := 0

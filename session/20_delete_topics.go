@@ -19,28 +19,25 @@ import (
 	"offsetgate/rules"
 )
 
-var deleteTopicsHandler = handler{request: deleteTopicsRequest}
-
-func deleteTopicsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.DeleteTopicsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	names := append([]string(nil), req.TopicNames...)
-	var ids []catalog.TopicID
-	for _, t := range req.Topics {
-		if t.Topic != nil {
-			names = append(names, *t.Topic)
-		} else {
-			ids = append(ids, t.TopicID)
+var deleteTopicsHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		req := r.req.(*kmsg.DeleteTopicsRequest)
+		n := needs{names: append([]string(nil), req.TopicNames...)}
+		for _, t := range req.Topics {
+			if t.Topic != nil {
+				n.names = append(n.names, *t.Topic)
+			} else {
+				n.ids = append(n.ids, t.TopicID)
+			}
 		}
-	}
-	if !s.knownIDs(r, ids, deleteTopicsRequest) || !s.known(r, names, deleteTopicsRequest) {
-		return nil
-	}
+		return n
+	},
+	decide: deleteTopicsDecide,
+	refuse: deleteTopicsRefuse,
+}
+
+func deleteTopicsDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.DeleteTopicsRequest)
 	// judge returns why a topic may not be deleted, or "".
 	judge := func(name *string, id catalog.TopicID) (int16, string) {
 		var info catalog.Topic

@@ -16,27 +16,38 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/catalog"
 	"offsetgate/rules"
 	"offsetgate/view"
 )
 
-var deleteRecordsHandler = handler{request: deleteRecordsRequest}
+var deleteRecordsHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		req := r.req.(*kmsg.DeleteRecordsRequest)
+		var n needs
+		for _, t := range req.Topics {
+			n.names = append(n.names, t.Topic)
+		}
+		// The views of the mirror partitions an approved client moves the log start of.
+		n.views = func(s *Session) ([]mirrorPart, []catalog.Topic) {
+			var parts []mirrorPart
+			for _, t := range req.Topics {
+				if m := s.mark(t.Topic); m != nil {
+					for _, p := range t.Partitions {
+						parts = append(parts, mirrorPart{*m, p.Partition})
+					}
+				}
+			}
+			return parts, nil
+		}
+		return n
+	},
+	decide: deleteRecordsDecide,
+	refuse: deleteRecordsRefuse,
+}
 
-func deleteRecordsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.DeleteRecordsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	var names []string
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	if !s.known(r, names, deleteRecordsRequest) {
-		return nil
-	}
+func deleteRecordsDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.DeleteRecordsRequest)
 	var refused []refusal
 	var translate []mirrorPart
 	keep := req.Topics[:0]
@@ -61,9 +72,6 @@ func deleteRecordsRequest(s *Session, r *request) error {
 		for _, p := range t.Partitions {
 			refused = append(refused, refusal{topic: strings.Clone(t.Topic), partition: p.Partition, code: code, msg: msg})
 		}
-	}
-	if len(translate) > 0 && !s.viewed(r, translate, nil, deleteRecordsRequest) {
-		return nil
 	}
 	views := map[partKey]*view.Partition{}
 	for _, mp := range translate {

@@ -12,19 +12,25 @@ package session
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/catalog"
 	"offsetgate/view"
 )
 
-var offsetForLeaderEpochHandler = handler{request: offsetForLeaderEpochRequest}
+var offsetForLeaderEpochHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		// The answer for the latest epoch is the mirrored end: an index behind D would make a
+		// consumer at the true end think the log was truncated (KIP-320) and rewind. These
+		// requests are rare (a consumer validating after a leader change), so the views are
+		// read to the ledger's end first.
+		n := namedNeeds(offsetForLeaderEpochTopics(r))
+		n.refresh = true
+		return n
+	},
+	decide: offsetForLeaderEpochDecide,
+}
 
-func offsetForLeaderEpochRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.OffsetForLeaderEpochRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+func offsetForLeaderEpochTopics(r *request) []namedTopic {
+	req := r.req.(*kmsg.OffsetForLeaderEpochRequest)
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
 		topics[i].name = t.Topic
@@ -32,18 +38,11 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	markStale := func(mp mirrorPart) {
-		if pv := s.partView(mp.t, mp.partition); pv != nil && !r.viewed {
-			// The answer for the latest epoch is the mirrored end: an index behind D would make
-			// a consumer at the true end think the log was truncated (KIP-320) and rewind. These
-			// requests are rare (a consumer validating after a leader change), so the index is
-			// read to the ledger's end first.
-			pv.Stale()
-		}
-	}
-	if ok, err := s.viewsReady(r, offsetForLeaderEpochRequest, topics, markStale); !ok {
-		return err
-	}
+	return topics
+}
+
+func offsetForLeaderEpochDecide(s *Session, r *request) error {
+	req := r.req.(*kmsg.OffsetForLeaderEpochRequest)
 	type asked struct {
 		pv       *view.Partition
 		epoch    int32
@@ -51,27 +50,20 @@ func offsetForLeaderEpochRequest(s *Session, r *request) error {
 		promoted bool
 	}
 	asks := map[partKey]asked{}
-	for i := range req.Topics {
-		t := &req.Topics[i]
-		info := s.sourceTopic(t.Topic)
-		if info == nil {
-			continue
+	err := s.eachView(r, offsetForLeaderEpochTopics(r), func(ti, pi int, info *catalog.Topic, pv *view.Partition) {
+		t := &req.Topics[ti]
+		p := &t.Partitions[pi]
+		base := pv.EpochBase()
+		asks[partKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch, base, info.Mark == nil}
+		p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
+		if info.Mark == nil && p.LeaderEpoch >= base {
+			// Promoted: epochs from the base on are D's epochs in the presented space, and D
+			// knows where they end (records written after the promotion included).
+			p.LeaderEpoch -= base
 		}
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			pv := s.partView(*info, p.Partition)
-			if pv == nil {
-				return errViewUnavailable(t.Topic, p.Partition)
-			}
-			base := pv.EpochBase()
-			asks[partKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch, base, info.Mark == nil}
-			p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
-			if info.Mark == nil && p.LeaderEpoch >= base {
-				// Promoted: epochs from the base on are D's epochs in the presented space, and D
-				// knows where they end (records written after the promotion included).
-				p.LeaderEpoch -= base
-			}
-		}
+	})
+	if err != nil || len(asks) == 0 {
+		return err
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 	r.onResp = func(_ *Session, v int16, body []byte) ([]byte, bool, error) {

@@ -20,16 +20,26 @@ import (
 	"offsetgate/rules"
 )
 
-var addPartitionsToTxnHandler = handler{request: addPartitionsToTxnRequest}
+var addPartitionsToTxnHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		req := r.req.(*kmsg.AddPartitionsToTxnRequest)
+		var n needs
+		for _, t := range req.Topics {
+			n.names = append(n.names, t.Topic)
+		}
+		for _, tx := range req.Transactions {
+			for _, t := range tx.Topics {
+				n.names = append(n.names, t.Topic)
+			}
+		}
+		return n
+	},
+	decide: addPartitionsToTxnDecide,
+	refuse: addPartitionsToTxnRefuse,
+}
 
-func addPartitionsToTxnRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.AddPartitionsToTxnRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+func addPartitionsToTxnDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.AddPartitionsToTxnRequest)
 	var names []string
 	for _, t := range req.Topics {
 		names = append(names, t.Topic)
@@ -38,9 +48,6 @@ func addPartitionsToTxnRequest(s *Session, r *request) error {
 		for _, t := range tx.Topics {
 			names = append(names, t.Topic)
 		}
-	}
-	if !s.known(r, names, addPartitionsToTxnRequest) {
-		return nil
 	}
 	refuse := map[string]string{}
 	for _, n := range names {

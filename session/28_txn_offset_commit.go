@@ -3,18 +3,20 @@ package session
 // TxnOffsetCommit (key 28): source offsets in, destination offsets to D (see commits.go). The
 // KIP-447 generation, member and group instance fields pass unchanged.
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
 
-var txnOffsetCommitHandler = handler{request: txnOffsetCommitRequest}
+	"offsetgate/catalog"
+	"offsetgate/view"
+)
 
-func txnOffsetCommitRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.TxnOffsetCommitRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+var txnOffsetCommitHandler = handler{
+	needs:  func(_ *Session, r *request) needs { return namedNeeds(txnOffsetCommitTopics(r)) },
+	decide: txnOffsetCommitDecide,
+}
+
+func txnOffsetCommitTopics(r *request) []namedTopic {
+	req := r.req.(*kmsg.TxnOffsetCommitRequest)
 	topics := make([]namedTopic, len(req.Topics))
 	for i, t := range req.Topics {
 		topics[i].name = t.Topic
@@ -22,23 +24,19 @@ func txnOffsetCommitRequest(s *Session, r *request) error {
 			topics[i].parts = append(topics[i].parts, p.Partition)
 		}
 	}
-	if ok, err := s.viewsReady(r, txnOffsetCommitRequest, topics, nil); !ok {
+	return topics
+}
+
+func txnOffsetCommitDecide(s *Session, r *request) error {
+	req := r.req.(*kmsg.TxnOffsetCommitRequest)
+	changed := false
+	err := s.eachView(r, txnOffsetCommitTopics(r), func(ti, pi int, _ *catalog.Topic, pv *view.Partition) {
+		p := &req.Topics[ti].Partitions[pi]
+		p.Offset, p.LeaderEpoch = committedToDest(pv, p.Offset)
+		changed = true
+	})
+	if err != nil || !changed {
 		return err
-	}
-	for i := range req.Topics {
-		t := &req.Topics[i]
-		info := s.sourceTopic(t.Topic)
-		if info == nil {
-			continue
-		}
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			pv := s.partView(*info, p.Partition)
-			if pv == nil {
-				return errViewUnavailable(info.Name, p.Partition)
-			}
-			p.Offset, p.LeaderEpoch = committedToDest(pv, p.Offset)
-		}
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 	return nil

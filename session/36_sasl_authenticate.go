@@ -12,7 +12,6 @@ package session
 
 import (
 	"bytes"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -20,17 +19,15 @@ import (
 )
 
 var saslAuthenticateHandler = handler{
-	request: func(s *Session, r *request) error {
+	active: always,
+	decide: func(s *Session, r *request) error {
 		ex, ok := s.sasl.startRound()
 		if !ok {
 			s.log.Debug("SaslAuthenticate refused: no login round may run now")
 			r.answerWith(&kmsg.SASLAuthenticateResponse{ErrorCode: errIllegalSASLState})
 			return nil
 		}
-		req := kmsg.SASLAuthenticateRequest{Version: r.h.version}
-		if err := req.ReadFrom(r.body); err != nil {
-			return fmt.Errorf("%w: malformed SaslAuthenticate: %v", ErrFrame, err)
-		}
+		req := r.req.(*kmsg.SASLAuthenticateRequest)
 		// The user this round's token names, if it is the one that names it.
 		user := ""
 		if ex.rounds == 0 {

@@ -12,23 +12,20 @@ import (
 	"offsetgate/rules"
 )
 
-var createPartitionsHandler = handler{request: createPartitionsRequest}
+var createPartitionsHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		var n needs
+		for _, t := range r.req.(*kmsg.CreatePartitionsRequest).Topics {
+			n.names = append(n.names, t.Topic)
+		}
+		return n
+	},
+	decide: createPartitionsDecide,
+	refuse: createPartitionsRefuse,
+}
 
-func createPartitionsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.CreatePartitionsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	var names []string
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	if !s.known(r, names, createPartitionsRequest) {
-		return nil
-	}
+func createPartitionsDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.CreatePartitionsRequest)
 	var refused []topicRefusal
 	keep := req.Topics[:0]
 	for _, t := range req.Topics {

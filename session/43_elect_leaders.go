@@ -18,16 +18,22 @@ import (
 	"offsetgate/rules"
 )
 
-var electLeadersHandler = handler{request: electLeadersRequest}
+var electLeadersHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		req := r.req.(*kmsg.ElectLeadersRequest)
+		var n needs
+		if r.h.version >= 1 && req.ElectionType != 0 {
+			for _, t := range req.Topics {
+				n.names = append(n.names, t.Topic)
+			}
+		}
+		return n
+	},
+	decide: electLeadersDecide,
+}
 
-func electLeadersRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.ElectLeadersRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
+func electLeadersDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.ElectLeadersRequest)
 	if r.h.version < 1 || req.ElectionType == 0 {
 		return nil
 	}
@@ -35,13 +41,6 @@ func electLeadersRequest(s *Session, r *request) error {
 	if req.Topics == nil {
 		resp.ErrorCode = rules.ErrPolicyViolation
 		r.answerWith(resp)
-		return nil
-	}
-	var names []string
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	if !s.known(r, names, electLeadersRequest) {
 		return nil
 	}
 	type refused struct {

@@ -27,8 +27,33 @@ import (
 	"offsetgate/rules"
 )
 
-var incrementalAlterConfigsHandler = handler{request: incrementalAlterConfigsRequest}
-var alterConfigsHandler = handler{request: alterConfigsRequest}
+var incrementalAlterConfigsHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		var n needs
+		for _, res := range r.req.(*kmsg.IncrementalAlterConfigsRequest).Resources {
+			if res.ResourceType == kmsg.ConfigResourceTypeTopic {
+				n.names = append(n.names, res.ResourceName)
+			}
+		}
+		return n
+	},
+	decide: incrementalAlterConfigsDecide,
+	refuse: incrementalAlterConfigsRefuse,
+}
+
+var alterConfigsHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		var n needs
+		for _, res := range r.req.(*kmsg.AlterConfigsRequest).Resources {
+			if res.ResourceType == kmsg.ConfigResourceTypeTopic {
+				n.names = append(n.names, res.ResourceName)
+			}
+		}
+		return n
+	},
+	decide: alterConfigsDecide,
+	refuse: alterConfigsRefuse,
+}
 
 type configRefusal struct {
 	typ  kmsg.ConfigResourceType
@@ -92,23 +117,8 @@ func (s *Session) judgeConfig(name string, settings map[string]*string, full boo
 	return nil, false
 }
 
-func incrementalAlterConfigsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.IncrementalAlterConfigsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	var names []string
-	for _, res := range req.Resources {
-		if res.ResourceType == kmsg.ConfigResourceTypeTopic {
-			names = append(names, res.ResourceName)
-		}
-	}
-	if !s.known(r, names, incrementalAlterConfigsRequest) {
-		return nil
-	}
+func incrementalAlterConfigsDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.IncrementalAlterConfigsRequest)
 	var refused []configRefusal
 	var promote []string
 	touched := false
@@ -238,23 +248,8 @@ func hasIncremental(resp *kmsg.IncrementalAlterConfigsResponse, name string) boo
 	return false
 }
 
-func alterConfigsRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.AlterConfigsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	var names []string
-	for _, res := range req.Resources {
-		if res.ResourceType == kmsg.ConfigResourceTypeTopic {
-			names = append(names, res.ResourceName)
-		}
-	}
-	if !s.known(r, names, alterConfigsRequest) {
-		return nil
-	}
+func alterConfigsDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.AlterConfigsRequest)
 	var refused []configRefusal
 	keep := req.Resources[:0]
 	for _, res := range req.Resources {

@@ -12,38 +12,32 @@ import (
 	"offsetgate/catalog"
 )
 
-var describeTopicPartitionsHandler = handler{request: describeTopicPartitionsRequest}
-
-func describeTopicPartitionsRequest(s *Session, r *request) error {
-	if !s.mirrorsOn() || r.viewed {
-		return nil
-	}
-	req := kmsg.DescribeTopicPartitionsRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	var topics []catalog.Topic
-	if len(req.Topics) == 0 {
-		topics = s.cfg.Catalog.Mirrors()
-	}
-	var names []string
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	if !s.known(r, names, describeTopicPartitionsRequest) {
-		return nil
-	}
-	for _, n := range names {
-		if info := s.sourceTopic(n); info != nil {
-			topics = append(topics, *info)
+var describeTopicPartitionsHandler = handler{
+	active: func(s *Session) bool { return s.mirrorsOn() },
+	needs: func(_ *Session, r *request) needs {
+		req := r.req.(*kmsg.DescribeTopicPartitionsRequest)
+		var n needs
+		for _, t := range req.Topics {
+			n.names = append(n.names, t.Topic)
 		}
-	}
-	if len(topics) == 0 {
-		return nil
-	}
-	if !s.viewed(r, nil, topics, describeTopicPartitionsRequest) {
-		return nil
-	}
+		n.views = func(s *Session) ([]mirrorPart, []catalog.Topic) {
+			if len(req.Topics) == 0 {
+				return nil, s.cfg.Catalog.Mirrors()
+			}
+			var topics []catalog.Topic
+			for _, t := range req.Topics {
+				if info := s.sourceTopic(t.Topic); info != nil {
+					topics = append(topics, *info)
+				}
+			}
+			return nil, topics
+		}
+		return n
+	},
+	decide: describeTopicPartitionsDecide,
+}
+
+func describeTopicPartitionsDecide(s *Session, r *request) error {
 	r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {
 		resp := kmsg.DescribeTopicPartitionsResponse{Version: v}
 		if err := resp.ReadFrom(body); err != nil {

@@ -12,27 +12,23 @@ package session
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"offsetgate/catalog"
 	"offsetgate/rules"
 )
 
-var shareFetchHandler = handler{request: shareFetchRequest, response: rewriteShareFetch}
+var shareFetchHandler = handler{
+	needs: func(_ *Session, r *request) needs {
+		var n needs
+		for _, t := range r.req.(*kmsg.ShareFetchRequest).Topics {
+			n.ids = append(n.ids, t.TopicID)
+		}
+		return n
+	},
+	decide:   shareFetchDecide,
+	response: rewriteShareFetch,
+}
 
-func shareFetchRequest(s *Session, r *request) error {
-	if s.cfg.Catalog == nil {
-		return nil
-	}
-	req := kmsg.ShareFetchRequest{Version: r.h.version}
-	if err := req.ReadFrom(r.body); err != nil {
-		return r.undecodable(err)
-	}
-	ids := make([]catalog.TopicID, len(req.Topics))
-	for i, t := range req.Topics {
-		ids[i] = t.TopicID
-	}
-	if !s.knownIDs(r, ids, shareFetchRequest) {
-		return nil
-	}
+func shareFetchDecide(s *Session, r *request) error {
+	req := *r.req.(*kmsg.ShareFetchRequest)
 	var refused []refusal
 	keep := req.Topics[:0]
 	for _, t := range req.Topics {

@@ -38,15 +38,15 @@ func TestEveryKeyClassified(t *testing.T) {
 		h := handlerFor(k)
 		switch rule.class {
 		case judged:
-			if h == nil || h.request == nil {
+			if h == nil || h.decide == nil {
 				t.Errorf("key %d (%s) is judged but has no request handler", k, name)
 			}
 		case translated:
-			if h == nil || (h.request == nil && h.response == nil) {
+			if h == nil || (h.decide == nil && h.response == nil) {
 				t.Errorf("key %d (%s) is translated but has no handler", k, name)
 			}
 		case passed:
-			if h != nil && h.request != nil {
+			if h != nil && h.decide != nil {
 				t.Errorf("key %d (%s) is passed but has a request handler: classify it as judged or translated", k, name)
 			}
 		default:

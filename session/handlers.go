@@ -12,14 +12,39 @@ type rewriteFunc func(s *Session, version int16, body []byte) (nb []byte, change
 
 // handler is what offsetgate does for one api key beyond forwarding bytes. Each api key with a
 // handler has a file of its own, named after the key (00_produce.go, 03_metadata.go, ...).
+// Requests are decided in three steps that the session runs (judge.go): decode, needs,
+// decide.
 type handler struct {
-	// request looks at a request before it is forwarded and may decide its outcome.
-	request func(s *Session, r *request) error
+	// active reports whether requests of this key are decided now; nil: whenever the mirror
+	// rules are on (a catalog is configured).
+	active func(s *Session) bool
+	// unsafe decodes without copying byte slices (Produce: record sets stay in the frame).
+	unsafe bool
+	// needs declares what the decision reads from the destination; nil: nothing.
+	needs func(s *Session, r *request) needs
+	// decide applies the rules to the decoded request (r.req) and sets the outcome.
+	decide func(s *Session, r *request) error
+	// refuse, when set, answers the whole request itself with an error code and message
+	// (used when the wait for the destination fails or times out).
+	refuse func(s *Session, r *request, code int16, msg string)
 	// noResponse reports that a request gets no response (acks=0 Produce).
 	noResponse func(h reqHeader, body []byte) bool
 	// response rewrites the response of versions >= responseFrom.
 	response     rewriteFunc
 	responseFrom int16
+}
+
+// always is an active func for handlers that decide with the mirror rules on or off.
+func always(*Session) bool { return true }
+
+func (hd *handler) isActive(s *Session) bool {
+	if hd.decide == nil {
+		return false
+	}
+	if hd.active != nil {
+		return hd.active(s)
+	}
+	return s.cfg.Catalog != nil
 }
 
 // handlerFor returns the handler of an api key, or nil when its frames pass as bytes.

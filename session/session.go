@@ -61,6 +61,8 @@ type Observer interface {
 	Response(key int16, bytes int, latency time.Duration)
 	Rewrite(key int16)
 	LocalAnswer(key int16)
+	// WaitTimeout counts a request whose wait for the destination ran out of time.
+	WaitTimeout(key int16)
 }
 
 // Config is what every session of a listener shares. It is read-only after start.
@@ -100,6 +102,9 @@ type Config struct {
 	// View, when set, gives consumers of mirror topics the source's offsets, epochs and
 	// batches; without it they see the destination's.
 	View View
+	// WaitTimeout bounds a request's wait for the destination: lookups, source-view loads and
+	// durable writes (DefaultWaitTimeout when zero).
+	WaitTimeout time.Duration
 }
 
 // View is the source view of mirror partitions (package view). Get never blocks; Load and
@@ -200,6 +205,9 @@ func New(cfg Config, conn Conn) *Session {
 	}
 	if cfg.ClientHighWater <= 0 {
 		cfg.ClientHighWater = DefaultClientHighWater
+	}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
@@ -341,15 +349,16 @@ type request struct {
 	answer  []byte      // answer locally with this response frame; forward nothing
 	drop    bool        // forward nothing and answer nothing (an acks=0 request refused whole)
 	onResp  rewriteFunc // response hook for this request, instead of the handler's
-	// async, when set, is blocking work (a metadata lookup, a durable write) that runs off
-	// the session's goroutine; the function it returns finishes the request on it, and an
-	// error it returns closes the connection (nothing of the request is forwarded). The
-	// session takes no further request from this client until then, so order is kept.
+	// async, when set, is blocking work (a lookup, a durable write) that runs off the
+	// session's goroutine within Config.WaitTimeout; the function it returns finishes the
+	// request on it, and an error it returns closes the connection (nothing of the request is
+	// forwarded). The session takes no further request from this client until then, so order
+	// is kept.
 	async func(ctx context.Context) func(s *Session, r *request) error
-	// resolved is for handlers that went async once and must not again.
-	resolved bool
-	// viewed: the source views the request needs were loaded (or could not be).
-	viewed bool
+
+	req      kmsg.Request // the decoded body (judge.go)
+	lookedUp bool         // the decision's needs were fetched from the destination
+	detached bool         // frame and body are the request's own copy
 }
 
 // request handles one client frame. It returns asIs when the frame goes upstream unchanged,
@@ -382,8 +391,8 @@ func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 	}
 	r := &request{h: h, frame: frame, body: p[h.bodyOff:], magic: h.magic}
 	hd := handlerFor(h.key)
-	if hd != nil && hd.request != nil {
-		if err := hd.request(s, r); err != nil {
+	if hd != nil && hd.isActive(s) {
+		if err := s.judge(hd, r); err != nil {
 			return nil, false, err
 		}
 	}
@@ -437,14 +446,15 @@ func (s *Session) complete(sl slot, r *request) []byte {
 // startAsync runs a request's blocking work off the session's goroutine and stops taking
 // client requests until it is finished.
 func (s *Session) startAsync(sl slot, r *request) {
-	r.frame = append([]byte(nil), r.frame...)
-	r.body = r.frame[4+r.h.bodyOff:]
+	r.detach()
 	work := r.async
 	r.async = nil
 	s.blocked = true
 	ctx := s.ctx
 	go func() {
-		fin := work(ctx)
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout)
+		fin := work(wctx)
+		cancel()
 		s.conn.Post(func() {
 			if s.closed {
 				return
@@ -677,3 +687,4 @@ func (nopObserver) Request(int16, int)                 {}
 func (nopObserver) Response(int16, int, time.Duration) {}
 func (nopObserver) Rewrite(int16)                      {}
 func (nopObserver) LocalAnswer(int16)                  {}
+func (nopObserver) WaitTimeout(int16)                  {}

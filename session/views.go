@@ -1,11 +1,7 @@
 package session
 
 import (
-	"context"
 	"fmt"
-
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/zap"
 
 	"offsetgate/catalog"
 	"offsetgate/view"
@@ -29,53 +25,6 @@ func (s *Session) mirrorsOn() bool {
 	return s.cfg.View != nil && s.cfg.Catalog != nil && s.cfg.Catalog.HasMirrors()
 }
 
-// viewed reports whether the source views of these mirror partitions and whole topics are
-// loaded and fresh. When one is not, it arranges the loads on an asynchronous step, after
-// which handler runs again (then with whatever could be loaded), and the caller must return at
-// once.
-func (s *Session) viewed(r *request, parts []mirrorPart, topics []catalog.Topic, handler func(*Session, *request) error) bool {
-	if r.viewed || s.cfg.View == nil {
-		return true
-	}
-	v := s.cfg.View
-	var needP []mirrorPart
-	for _, p := range parts {
-		if pv := v.Get(p.t.ID, p.partition); pv == nil || pv.NeedsRefresh() {
-			needP = append(needP, p)
-		}
-	}
-	var needT []catalog.Topic
-	for _, t := range topics {
-		if !v.TopicLoaded(t.ID) {
-			needT = append(needT, t)
-		}
-	}
-	if len(needP) == 0 && len(needT) == 0 {
-		return true
-	}
-	r.async = func(ctx context.Context) func(*Session, *request) error {
-		var failed error
-		for _, p := range needP {
-			if _, err := v.Load(ctx, p.t, p.partition); err != nil {
-				failed = err
-			}
-		}
-		for _, t := range needT {
-			if err := v.LoadTopic(ctx, t); err != nil {
-				failed = err
-			}
-		}
-		return func(s *Session, r *request) error {
-			if failed != nil {
-				s.log.Warn("source view unavailable", zap.Error(failed))
-			}
-			r.viewed = true
-			return handler(s, r)
-		}
-	}
-	return false
-}
-
 // namedTopic is a topic a request names (by name, or by id where newer versions leave the
 // name empty) and the partitions it names.
 type namedTopic struct {
@@ -93,52 +42,6 @@ func (s *Session) topicOf(name string, id catalog.TopicID) *catalog.Topic {
 		return s.sourceTopicByID(id)
 	}
 	return nil
-}
-
-// viewsReady is the common start of handlers that translate named partitions: it makes sure
-// every topic the request names is known (names and ids offsetgate has not confirmed are looked
-// up, the marks read up to date), finds the partitions with a source view (each, when set, sees
-// every one), and makes sure their views are loaded. When it reports false the handler returns
-// at once with the error it gives: either no partition has a view (nil: the request passes
-// unchanged) or a lookup or load was arranged, after which handler runs again, or an id stayed
-// unknown after the lookup (the request is refused: it cannot be translated or judged).
-func (s *Session) viewsReady(r *request, handler func(*Session, *request) error, topics []namedTopic, each func(mirrorPart)) (bool, error) {
-	var names []string
-	var ids []catalog.TopicID
-	for _, t := range topics {
-		switch {
-		case t.name != "":
-			names = append(names, t.name)
-		case t.id != (catalog.TopicID{}):
-			ids = append(ids, t.id)
-		}
-	}
-	if !s.knownIDs(r, ids, handler) || !s.known(r, names, handler) {
-		return false, nil
-	}
-	for _, id := range ids {
-		if !s.idKnown(id) {
-			return false, fmt.Errorf("%w: %s names topic id %s, which the destination does not show offsetgate", ErrUnjudged, kmsg.NameForKey(r.h.key), catalog.IDString(id))
-		}
-	}
-	if !s.mirrorsOn() {
-		return false, nil
-	}
-	var parts []mirrorPart
-	for _, t := range topics {
-		info := s.topicOf(t.name, t.id)
-		if info == nil {
-			continue
-		}
-		for _, p := range t.parts {
-			mp := mirrorPart{*info, p}
-			if each != nil {
-				each(mp)
-			}
-			parts = append(parts, mp)
-		}
-	}
-	return len(parts) > 0 && s.viewed(r, parts, nil, handler), nil
 }
 
 // partView returns a loaded partition view, or nil.
