@@ -140,18 +140,17 @@ func (p *Partition) add(es []ledger.Entry) {
 	}
 }
 
-// LastStable is the source's last stable offset as far as the index goes: the first offset of
-// the earliest transaction still open, or the mirrored end (-1 when nothing is mirrored).
-// read_committed consumers read up to it, as on the source.
+// LastStable is the first offset of the earliest source transaction still open, or -1 when
+// none is: read_committed consumers read up to it (or, with none open, up to the high
+// watermark), as on the source.
 func (p *Partition) LastStable() int64 {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	lso := int64(-1)
-	if n := len(p.entries); n > 0 {
-		lso = p.entries[n-1].Last + 1
-	}
 	for _, first := range p.open {
-		lso = min(lso, first)
+		if lso < 0 || first < lso {
+			lso = first
+		}
 	}
 	return lso
 }

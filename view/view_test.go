@@ -185,8 +185,8 @@ func TestTransactions(t *testing.T) {
 		{Kind: ledger.KindControl, Src: 14, Last: 14, D: 4, Count: 1, SrcPID: 5, Marker: ledger.MarkerAbort, Raw: []byte{1}},
 		{Kind: ledger.KindControl, Src: 15, Last: 15, D: 5, Count: 1, SrcPID: 6, Marker: ledger.MarkerCommit, Raw: []byte{2}},
 	})
-	if got := p.LastStable(); got != 16 {
-		t.Fatalf("LastStable with none open = %d, want 16 (the end)", got)
+	if got := p.LastStable(); got != -1 {
+		t.Fatalf("LastStable with none open = %d, want -1 (the high watermark)", got)
 	}
 	p.add([]ledger.Entry{{Kind: ledger.KindBatch, Src: 16, Last: 17, D: 6, Count: 2, Attrs: txn, SrcPID: 5}})
 	if got := p.LastStable(); got != 16 {
