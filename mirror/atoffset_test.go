@@ -162,8 +162,7 @@ func TestProduceAtOffsetRules(t *testing.T) {
 	}{
 		"overlap with different content": {srcBatch(20, 4, 4, 0, ts), atoffset.ErrOutOfOrder},
 		"lower leader epoch":             {srcBatch(100005, 2, 3, 0, ts), atoffset.ErrFencedEpoch},
-		"transactional batch":            {srcBatch(100005, 2, 4, batch.AttrTransactional, ts), atoffset.ErrInvalidRecord},
-		"control batch":                  {srcBatch(100005, 1, 4, batch.AttrControl|batch.AttrTransactional, ts), atoffset.ErrInvalidRecord},
+		"control batch, not a marker":    {srcBatch(100005, 1, 4, batch.AttrControl|batch.AttrTransactional, ts), atoffset.ErrInvalidRecord},
 		"bad crc":                        {append(srcBatch(100005, 2, 4, 0, ts)[:70:70], 'x'), atoffset.ErrInvalidRecord},
 	} {
 		if p := h.send(ctx, 0, c.b); p.ErrorCode != c.code || msg(p) == "" {

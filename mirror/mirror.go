@@ -507,7 +507,11 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			case <-time.After(time.Duration(min(attempt, 10)) * 100 * time.Millisecond):
 			}
 		}
-		addr, err := leaderAddr(ctx, px, topic, part)
+		// A lookup through an offsetgate that went away would be retried by the client for
+		// minutes: each attempt here has a time of its own.
+		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+		addr, err := leaderAddr(lctx, px, topic, part)
+		lcancel()
 		if err != nil {
 			last = err
 			continue
