@@ -282,6 +282,11 @@ func (cl *gnetClient) checkBuffered(max int) gnet.Action {
 }
 
 func (cl *gnetClient) upstreamTraffic() gnet.Action {
+	if cl.closed {
+		// The client closed in the same round of events: its session is gone, and gnet closes
+		// this connection after the round.
+		return gnet.Close
+	}
 	for {
 		if cl.upFrame.want > 0 {
 			whole, err := cl.upFrame.fill(cl.up)
