@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,5 +140,40 @@ func TestEpollDescriptorFound(t *testing.T) {
 			t.Fatalf("gnet read %d of 1000 bytes after reading was turned on again", h.traffic.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The new limits are validated and name their key; -1 turns each off.
+func TestLimitsValidation(t *testing.T) {
+	base := func() Config {
+		return Config{Listen: "127.0.0.1:9092", Bootstrap: []string{"127.0.0.1:19092"}}
+	}
+	for _, c := range []struct {
+		mutate func(*Limits)
+		bad    string
+	}{
+		{func(l *Limits) { l.MaxHeldBytes = 1 << 20 }, "limits.max_held_bytes"},
+		{func(l *Limits) { l.MaxHeldBytes = -2 }, "limits.max_held_bytes"},
+		{func(l *Limits) { l.MaxConnections = -2 }, "limits.max_connections"},
+		{func(l *Limits) { l.MaxConnectionsPerIP = -5 }, "limits.max_connections_per_ip"},
+		{func(l *Limits) {
+			l.MaxHeldBytes, l.MaxConnections, l.MaxConnectionsPerIP, l.ConnectionsMaxIdle = -1, -1, -1, -time.Second
+		}, ""},
+	} {
+		cfg := base()
+		c.mutate(&cfg.Limits)
+		cfg.Defaults()
+		err := cfg.Validate()
+		switch {
+		case c.bad == "" && err != nil:
+			t.Errorf("valid limits refused: %v", err)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), `"`+c.bad+`"`)):
+			t.Errorf("want an error naming %s, got %v", c.bad, err)
+		}
+	}
+	cfg := base()
+	cfg.Defaults()
+	if l := cfg.Limits; l.MaxHeldBytes != DefaultMaxHeldBytes || l.ConnectionsMaxIdle != 10*time.Minute || l.MaxConnections <= 0 || l.MaxConnectionsPerIP <= 0 {
+		t.Fatalf("defaults: %+v", l)
 	}
 }
