@@ -211,6 +211,29 @@ func TestMM2BenchEndToEnd(t *testing.T) {
 	}
 }
 
+// The slow-reader attack runs end to end on a small topic: every answer arrives, in order, and
+// the memory numbers are filled in. No size is asserted here (proxy's TestHeldBytesBudget
+// asserts the budget).
+func TestSlowReaderBenchEndToEnd(t *testing.T) {
+	pair := testkafka.Shared(t)
+	bin := buildOffsetgate(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := bench.RunSlowReader(ctx, bench.SlowReaderConfig{Dest: pair.Dest, Binaries: []bench.Binary{{Name: "offsetgate", Path: bin}},
+		Transports: []string{"gnet", "goroutine"}, Requests: 16, TopicBytes: 1 << 20, Hold: time.Second, Progress: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 {
+		t.Fatalf("%d runs, want one per transport", len(rep.Runs))
+	}
+	for _, r := range rep.Runs {
+		if r.Answers != 16 || r.RSSBeforeKiB <= 0 || r.RSSPeakKiB <= 0 || r.HWMEndKiB <= 0 || r.HeldHighWater <= 0 {
+			t.Fatalf("%s: %+v", r.Transport, r)
+		}
+	}
+}
+
 // buildOffsetgate builds the offsetgate binary the benchmarks run.
 func buildOffsetgate(t *testing.T) string {
 	t.Helper()

@@ -36,6 +36,14 @@ func startOffsetgate(ctx context.Context, bin string, dest *testkafka.Cluster, l
 // startOffsetgateWith is startOffsetgate with a configuration file (TLS, approved mirroring
 // clients); its transport is then what the file implies.
 func startOffsetgateWith(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name, configPath string) (*ogProc, error) {
+	if configPath != "" {
+		return startOffsetgateArgs(ctx, bin, dest, logDir, name, "--config", configPath)
+	}
+	return startOffsetgateArgs(ctx, bin, dest, logDir, name, "--transport", "gnet")
+}
+
+// startOffsetgateArgs is startOffsetgate with further `offsetgate serve` flags.
+func startOffsetgateArgs(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name string, extra ...string) (*ogProc, error) {
 	base, err := freeBase(dest)
 	if err != nil {
 		return nil, err
@@ -56,12 +64,7 @@ func startOffsetgateWith(ctx context.Context, bin string, dest *testkafka.Cluste
 	}
 	args := []string{"serve", "--bootstrap", dest.Bootstrap(), "--listen", p.listen,
 		"--admin", p.admin, "--log-format", "json", "--log-level", logLevel()}
-	if configPath != "" {
-		args = append(args, "--config", configPath)
-	} else {
-		args = append(args, "--transport", "gnet")
-	}
-	p.cmd = exec.Command(bin, args...)
+	p.cmd = exec.Command(bin, append(args, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

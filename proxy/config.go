@@ -72,13 +72,28 @@ type TLSConfig struct {
 	Upstream ogtls.ClientConfig  `yaml:"upstream"`
 }
 
-// Limits bound what one connection may hold.
+// Limits bound what one connection, and all of them together, may hold.
 type Limits struct {
-	MaxFrameBytes        int           `yaml:"max_frame_bytes"`
-	MaxInFlight          int           `yaml:"max_in_flight"`
-	ClientHighWaterBytes int           `yaml:"client_high_water_bytes"`
-	MaxBufferedBytes     int           `yaml:"max_buffered_bytes"`
-	DialTimeout          time.Duration `yaml:"dial_timeout"`
+	MaxFrameBytes        int `yaml:"max_frame_bytes"`
+	MaxInFlight          int `yaml:"max_in_flight"`
+	ClientHighWaterBytes int `yaml:"client_high_water_bytes"`
+	// MaxBufferedBytes closes a connection whose unconsumed input exceeds it.
+	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
+	// MaxHeldBytes is the process-wide budget of bytes held for clients: responses waiting to
+	// be sent or waiting in order, answers read from upstream and not yet handed over, requests
+	// not yet consumed or sent. A connection over its share stops reading its upstream and its
+	// client until its client has read enough (see budget). 0 means 256 MiB, -1 no budget.
+	MaxHeldBytes int64 `yaml:"max_held_bytes"`
+	// ConnectionsMaxIdle closes a client connection that sent no request for this long and has
+	// none in flight, like Kafka's connections.max.idle.ms. 0 means 10 minutes; a negative
+	// duration ("-1s") never closes one.
+	ConnectionsMaxIdle time.Duration `yaml:"connections_max_idle"`
+	// MaxConnections and MaxConnectionsPerIP cap open client connections, in all and per
+	// source address; a connection over either is closed at once. 0 means 50000 and 20000,
+	// -1 no cap.
+	MaxConnections      int           `yaml:"max_connections"`
+	MaxConnectionsPerIP int           `yaml:"max_connections_per_ip"`
+	DialTimeout         time.Duration `yaml:"dial_timeout"`
 	// MemoryLimitBytes is the Go runtime's soft memory limit (GOMEMLIMIT); 0 means 1 GiB, -1
 	// none. Buffers churn under load; the limit makes the collector return memory sooner.
 	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
@@ -96,6 +111,12 @@ type LogConfig struct {
 	Format string `yaml:"format"`
 	Level  string `yaml:"level"`
 }
+
+// DefaultMaxHeldBytes is limits.max_held_bytes when it is not set.
+const DefaultMaxHeldBytes = 256 << 20
+
+// minHeldBytes is the smallest budget: four times what every connection may always hold.
+const minHeldBytes = 4 * budgetFloor
 
 // Defaults fills what was left empty.
 func (c *Config) Defaults() {
@@ -117,6 +138,18 @@ func (c *Config) Defaults() {
 	}
 	if l.MaxBufferedBytes == 0 {
 		l.MaxBufferedBytes = l.MaxFrameBytes + 1<<20
+	}
+	if l.MaxHeldBytes == 0 {
+		l.MaxHeldBytes = DefaultMaxHeldBytes
+	}
+	if l.ConnectionsMaxIdle == 0 {
+		l.ConnectionsMaxIdle = 10 * time.Minute
+	}
+	if l.MaxConnections == 0 {
+		l.MaxConnections = 50000
+	}
+	if l.MaxConnectionsPerIP == 0 {
+		l.MaxConnectionsPerIP = 20000
 	}
 	if l.DialTimeout == 0 {
 		l.DialTimeout = 10 * time.Second
@@ -229,6 +262,15 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxBufferedBytes < l.MaxFrameBytes {
 		bad("limits.max_buffered_bytes", "must be at least limits.max_frame_bytes (%d)", l.MaxFrameBytes)
+	}
+	if l.MaxHeldBytes != -1 && l.MaxHeldBytes < minHeldBytes {
+		bad("limits.max_held_bytes", "must be at least %d (4 MiB), or -1 for no budget", minHeldBytes)
+	}
+	if l.MaxConnections < -1 || l.MaxConnections == 0 {
+		bad("limits.max_connections", "must be positive, or -1 for no cap")
+	}
+	if l.MaxConnectionsPerIP < -1 || l.MaxConnectionsPerIP == 0 {
+		bad("limits.max_connections_per_ip", "must be positive, or -1 for no cap")
 	}
 	if l.SocketSendBytes < -1 {
 		bad("limits.socket_send_bytes", "must be a byte count, or -1 for the kernel's own sizing")

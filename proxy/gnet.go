@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -27,10 +28,15 @@ type gnetTransport struct {
 	started     chan struct{}
 	startedOnce sync.Once
 
-	// drainMu guards waiting: connections paused until their client drains its responses.
-	// The ticker goroutine wakes them; the loop re-checks.
-	drainMu sync.Mutex
+	// mu guards the sets below. The ticker goroutine wakes the connections in waiting (paused
+	// until their client drains its responses) and paused (stopped by the budget), and every
+	// tenth tick those that hold bytes, so that what they hold is counted again after gnet
+	// sent their output (gnet does not say when it did); each re-checks on its own loop.
+	mu      sync.Mutex
 	waiting map[*gnetClient]struct{}
+	paused  map[*gnetClient]struct{}
+	clients map[*gnetClient]struct{}
+	ticks   int
 }
 
 // gnetClient is one client connection and its upstream.
@@ -44,10 +50,23 @@ type gnetClient struct {
 	inFrame, upFrame assembly
 	log              *zap.Logger
 	node             int32 // -1: bootstrap
+	ip               string
 	closed           bool
 	// side and err say who ended the connection and why, for the one log line.
 	side string
 	err  error
+
+	// The upstream connection is dialed at the first request that goes upstream; requests
+	// forwarded until it is open wait in pendingUp, and the client's further frames wait in
+	// gnet's buffer.
+	dialing   bool
+	pendingUp []byte
+
+	acct   account
+	paused bool // stopped by the budget: neither socket is read
+	// lastActive is when the last request arrived or answer was passed on (unix nanoseconds),
+	// for the idle timeout.
+	lastActive atomic.Int64
 }
 
 // gnetUpstream marks an upstream connection's context.
@@ -57,7 +76,8 @@ type gnetUpstream struct{ cl *gnetClient }
 type brokerTarget struct{ node int32 }
 
 func newGnetTransport(srv *Server) *gnetTransport {
-	return &gnetTransport{srv: srv, booted: make(chan struct{}), started: make(chan struct{}), waiting: map[*gnetClient]struct{}{}}
+	return &gnetTransport{srv: srv, booted: make(chan struct{}), started: make(chan struct{}),
+		waiting: map[*gnetClient]struct{}{}, paused: map[*gnetClient]struct{}{}, clients: map[*gnetClient]struct{}{}}
 }
 
 func (t *gnetTransport) run(addr string) error {
@@ -109,32 +129,49 @@ func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		if cl.closed {
 			return nil, gnet.Close
 		}
-		cl.up = c
+		cl.up, cl.dialing = c, false
+		if len(cl.pendingUp) > 0 {
+			_, _ = c.Write(cl.pendingUp)
+			cl.pendingUp = nil
+		}
 		// Requests that arrived while dialing are still buffered on the client side.
-		return nil, cl.clientTraffic()
+		if cl.clientTraffic() == gnet.Close {
+			_ = cl.c.Close()
+		}
+		return nil, gnet.None
 	case *brokerTarget:
 		node = v.node
 	}
 	if t.srv.draining.Load() {
 		return nil, gnet.Close
 	}
-	cl := &gnetClient{t: t, c: c, node: node}
+	ip, ok := t.srv.takeConn(c.RemoteAddr())
+	if !ok {
+		return nil, gnet.Close
+	}
+	cl := &gnetClient{t: t, c: c, node: node, ip: ip}
+	cl.acct.b = t.srv.budget
+	cl.lastActive.Store(time.Now().UnixNano())
 	cl.log = t.srv.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
 	cl.sess = session.New(t.srv.sessionConfig(cl.log, false), cl)
 	cl.sess.SetIdentity(rules.Identity{Addr: c.RemoteAddr().String()})
 	c.SetContext(cl)
+	t.mu.Lock()
+	t.clients[cl] = struct{}{}
+	t.mu.Unlock()
 	t.srv.connOpened()
-	go t.dial(cl, c)
 	return nil, gnet.None
 }
 
 // dial connects to the upstream broker off the loop and enrolls the connection on the
 // client's loop.
 func (t *gnetTransport) dial(cl *gnetClient, c gnet.Conn) {
-	up, err := t.srv.dialUpstream(cl.node)
+	up, err := t.srv.dialUpstream(context.Background(), cl.node)
 	if err != nil {
-		cl.log.Warn("closing client: cannot reach the destination broker", zap.Error(err))
-		_ = c.Close()
+		cl.onLoop(func() {
+			cl.log.Warn("closing client: cannot reach the destination broker", zap.Error(err))
+			cl.failClient("upstream", err)
+		})
 		return
 	}
 	ctx := gnet.NewContext(context.Background(), &gnetUpstream{cl: cl})
@@ -162,12 +199,17 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 		if v.up != nil {
 			_ = v.up.Close()
 		}
-		t.drainMu.Lock()
+		t.mu.Lock()
 		delete(t.waiting, v)
-		t.drainMu.Unlock()
+		delete(t.paused, v)
+		delete(t.clients, v)
+		t.mu.Unlock()
 		v.sess.Close()
 		v.inFrame.release()
 		v.upFrame.release()
+		v.pendingUp = nil
+		v.acct.release()
+		t.srv.releaseConn(v.ip) // before the gauge moves, so that a place is free once it shows
 		if v.side == "" {
 			v.side, v.err = "client", err
 		}
@@ -183,17 +225,47 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 	return gnet.None
 }
 
-// OnTick wakes connections that paused until their client read its responses; each re-checks
-// on its own loop.
+// OnTick wakes connections that paused until their client read its responses or that the
+// budget stopped, and now and then those that hold bytes; each re-checks on its own loop.
 func (t *gnetTransport) OnTick() (time.Duration, gnet.Action) {
 	t.startedOnce.Do(func() { close(t.started) })
-	t.drainMu.Lock()
+	t.mu.Lock()
 	for cl := range t.waiting {
 		_ = cl.c.Wake(nil)
 		delete(t.waiting, cl)
 	}
-	t.drainMu.Unlock()
+	for cl := range t.paused {
+		_ = cl.c.Wake(nil)
+	}
+	if t.ticks++; t.ticks%10 == 0 {
+		for cl := range t.clients {
+			if cl.acct.out.Load() > 0 || cl.acct.in.Load() > 0 {
+				_ = cl.c.Wake(nil)
+			}
+		}
+	}
+	t.mu.Unlock()
 	return 10 * time.Millisecond, gnet.None
+}
+
+// closeIdle closes the connections where no request arrived and no answer was passed on since
+// cutoff (unix nanoseconds), and that have no request in flight.
+func (t *gnetTransport) closeIdle(cutoff int64) {
+	t.mu.Lock()
+	var idle []*gnetClient
+	for cl := range t.clients {
+		if cl.lastActive.Load() < cutoff {
+			idle = append(idle, cl)
+		}
+	}
+	t.mu.Unlock()
+	for _, cl := range idle {
+		cl.onLoop(func() {
+			if cl.lastActive.Load() < cutoff && !cl.sess.Busy() {
+				cl.failClient("client", errIdle)
+			}
+		})
+	}
 }
 
 // wholeFrames reports whether conn holds at least one whole frame, so that a large frame
@@ -216,14 +288,23 @@ func wholeFrames(c gnet.Conn, size func([]byte) (int, error)) (bool, error) {
 
 func (cl *gnetClient) clientTraffic() gnet.Action {
 	lim := cl.t.srv.cfg.Limits
-	if cl.up == nil {
+	if cl.paused || (cl.up == nil && len(cl.pendingUp) > 0) {
+		// Stopped by the budget, or waiting for the upstream connection: frames wait.
+		cl.settle()
 		return cl.checkBuffered(lim.MaxBufferedBytes)
 	}
 	for {
+		if cl.up == nil && len(cl.pendingUp) > 0 {
+			break // the upstream is being dialed: the next requests wait for it
+		}
 		if cl.inFrame.want > 0 {
+			had := len(cl.inFrame.buf)
 			whole, err := cl.inFrame.fill(cl.c)
 			if err != nil {
 				return cl.fail("client", err)
+			}
+			if len(cl.inFrame.buf) > had {
+				cl.active()
 			}
 			if !whole {
 				break
@@ -266,13 +347,19 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 		if used == 0 {
 			break
 		}
+		cl.active()
 	}
 	if a := cl.checkBuffered(lim.MaxBufferedBytes); a != gnet.None {
 		return a
 	}
 	cl.t.srv.bufferMark(cl.c.OutboundBuffered())
+	cl.settle()
 	return gnet.None
 }
+
+// active notes that a request (or part of one) arrived or an answer was passed on, for the
+// idle timeout.
+func (cl *gnetClient) active() { cl.lastActive.Store(time.Now().UnixNano()) }
 
 func (cl *gnetClient) checkBuffered(max int) gnet.Action {
 	if n := cl.c.InboundBuffered(); n > max {
@@ -282,6 +369,11 @@ func (cl *gnetClient) checkBuffered(max int) gnet.Action {
 }
 
 func (cl *gnetClient) upstreamTraffic() gnet.Action {
+	if cl.closed {
+		// The client closed in the same round of events: its session is gone, and gnet closes
+		// this connection after the round.
+		return gnet.Close
+	}
 	for {
 		if cl.upFrame.want > 0 {
 			whole, err := cl.upFrame.fill(cl.up)
@@ -290,10 +382,11 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 				return gnet.Close
 			}
 			if !whole {
-				return gnet.None
+				break
 			}
 			_, err = cl.sess.HandleUpstream(cl.upFrame.buf)
 			cl.upFrame.release()
+			cl.active()
 			if err != nil {
 				cl.failClient("upstream", err)
 				return gnet.Close
@@ -301,9 +394,13 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 			cl.t.srv.bufferMark(cl.c.OutboundBuffered())
 			continue // gnet's buffer may hold the start of the next frame
 		}
+		// Between frames: a connection over its share of the budget takes no more answers.
+		if cl.settle(); cl.paused {
+			return gnet.None
+		}
 		n := cl.up.InboundBuffered()
 		if n < 4 {
-			return gnet.None
+			break
 		}
 		p, err := cl.up.Peek(4)
 		if err != nil {
@@ -317,7 +414,7 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 		}
 		if n < want {
 			if want < largeFrame {
-				return gnet.None
+				break
 			}
 			cl.upFrame.start(cl.up, want, true)
 			continue
@@ -331,8 +428,68 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 		}
 		cl.t.srv.bufferMark(cl.c.OutboundBuffered())
 		if used == 0 {
-			return gnet.None
+			break
 		}
+		cl.active()
+	}
+	cl.settle()
+	return gnet.None
+}
+
+// settle counts what the connection holds and stops or resumes its reading by the budget's
+// rule. A frame being read from upstream is left out of the decision: it is finished however
+// the budget stands, and stopping for it would wait for bytes only it can free.
+func (cl *gnetClient) settle() {
+	if cl.closed {
+		return
+	}
+	out := cl.c.OutboundBuffered() + cl.sess.Held()
+	in := cl.c.InboundBuffered() + cap(cl.inFrame.buf) + len(cl.pendingUp)
+	reading := cap(cl.upFrame.buf)
+	if cl.up != nil {
+		reading += cl.up.InboundBuffered()
+		in += cl.up.OutboundBuffered()
+	}
+	cl.acct.set(int64(out+reading), int64(in))
+	over := cl.acct.over(int64(reading))
+	switch {
+	case over && !cl.paused:
+		cl.paused = true
+		cl.acct.pause()
+		cl.t.mu.Lock()
+		cl.t.paused[cl] = struct{}{}
+		cl.t.mu.Unlock()
+		fallthrough
+	case over:
+		// Again at every callback: gnet turns reading on when it writes or drains output.
+		cl.stopReading(cl.c)
+		if cl.up != nil {
+			cl.stopReading(cl.up)
+		}
+	case cl.paused:
+		cl.paused = false
+		cl.acct.unpause()
+		cl.t.mu.Lock()
+		delete(cl.t.paused, cl)
+		cl.t.mu.Unlock()
+		cl.startReading(cl.c)
+		_ = cl.c.Wake(nil)
+		if cl.up != nil {
+			cl.startReading(cl.up)
+			_ = cl.up.Wake(nil) // what gnet buffered meanwhile is not announced again
+		}
+	}
+}
+
+func (cl *gnetClient) stopReading(c gnet.Conn) {
+	if err := setReading(c, false); err != nil {
+		cl.t.srv.pollFailed(err)
+	}
+}
+
+func (cl *gnetClient) startReading(c gnet.Conn) {
+	if err := setReading(c, true); err != nil {
+		cl.t.srv.pollFailed(err)
 	}
 }
 
@@ -357,9 +514,19 @@ func (cl *gnetClient) WriteClient(b []byte) {
 	}
 }
 
+// WriteUpstream sends to the upstream broker, dialing it at the first request.
 func (cl *gnetClient) WriteUpstream(b []byte) {
 	if cl.up != nil {
 		_, _ = cl.up.Write(b)
+		return
+	}
+	if cl.closed {
+		return
+	}
+	cl.pendingUp = append(cl.pendingUp, b...)
+	if !cl.dialing {
+		cl.dialing = true
+		go cl.t.dial(cl, cl.c)
 	}
 }
 
@@ -367,7 +534,18 @@ func (cl *gnetClient) ClientPending() int { return cl.c.OutboundBuffered() }
 
 func (cl *gnetClient) Resume() { _ = cl.c.Wake(nil) }
 
+// Post runs a session's finishing step on the loop; it passes an answer on or forwards a
+// request.
 func (cl *gnetClient) Post(fn func()) {
+	cl.onLoop(func() {
+		fn()
+		cl.active()
+		cl.settle()
+	})
+}
+
+// onLoop runs fn on the connection's loop unless the connection closed.
+func (cl *gnetClient) onLoop(fn func()) {
 	_ = cl.c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		if !cl.closed {
 			fn()
@@ -378,9 +556,9 @@ func (cl *gnetClient) Post(fn func()) {
 
 func (cl *gnetClient) WaitClientDrain() {
 	cl.t.srv.metrics.pausedTotal.Inc()
-	cl.t.drainMu.Lock()
+	cl.t.mu.Lock()
 	cl.t.waiting[cl] = struct{}{}
-	cl.t.drainMu.Unlock()
+	cl.t.mu.Unlock()
 }
 
 // discard drops n consumed bytes. gnet's Discard(0) drops everything buffered, so zero must

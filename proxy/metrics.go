@@ -25,6 +25,9 @@ type metrics struct {
 	pausedTotal    prometheus.Counter
 	bufferHigh     prometheus.Gauge
 	inFlight       prometheus.GaugeFunc
+	budgetPauses   prometheus.Counter
+	refused        *prometheus.CounterVec
+	upstreamDials  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
@@ -40,6 +43,12 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Largest per-connection buffered byte count seen (unconsumed input or unsent output)."}),
 		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "offsetgate_requests_in_flight",
 			Help: "Requests waiting for their response, all connections."}, inFlight),
+		budgetPauses: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_budget_pauses_total",
+			Help: "Times a connection stopped reading its upstream and its client because it held more than its share of limits.max_held_bytes."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_client_connections_refused_total",
+			Help: "Client connections closed at once because they were over a connection limit, by limit."}, []string{"limit"}),
+		upstreamDials: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_connections_total",
+			Help: "Connections to destination brokers opened for clients (each at its client's first request that goes upstream)."}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_requests_total", Help: "Client requests, by api."}, []string{"api"})
 	reqBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_request_bytes_total", Help: "Client request bytes, by api."}, []string{"api"})
@@ -65,8 +74,25 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
 	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.bufferHigh, m.inFlight,
-		reqs, reqBytes, respBytes, lat, rw, la, wt)
+		m.budgetPauses, m.refused, m.upstreamDials, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
+}
+
+// registerBudget exports the budget's state.
+func registerBudget(reg prometheus.Registerer, b *budget) {
+	g := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		g("offsetgate_held_bytes", "Bytes held for all client connections: responses not yet sent or waiting in order, answers read from upstream and not yet handed over, requests not yet consumed or sent.",
+			func() float64 { return float64(b.total.Load()) }),
+		g("offsetgate_held_bytes_high_water", "Largest offsetgate_held_bytes seen.",
+			func() float64 { return float64(b.high.Load()) }),
+		g("offsetgate_held_bytes_budget", "limits.max_held_bytes (-1: no budget).",
+			func() float64 { return float64(b.limit) }),
+		g("offsetgate_budget_paused_connections", "Connections not reading their upstream and their client now because they hold more than their share of limits.max_held_bytes.",
+			func() float64 { return float64(b.paused.Load()) }),
+	)
 }
 
 func idx(key int16) int {

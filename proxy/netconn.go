@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/panjf2000/gnet/v2/pkg/pool/byteslice"
 	"go.uber.org/zap"
 
 	"offsetgate/session"
@@ -18,23 +20,39 @@ import (
 // netTransport serves a client connection with goroutines over net.Conn: a reader per side
 // feeds the session under the connection's lock, and a writer per side drains that side's
 // queue, so nothing blocks while the lock is held. TLS connections (crypto/tls) use it; so can
-// plaintext, which keeps the session's transport boundary honest.
+// plaintext, which keeps the session's transport boundary honest. The upstream side (its
+// connection, writer and reader) starts at the first request that goes upstream.
 type netClient struct {
-	srv  *Server
-	log  *zap.Logger
-	node int32
+	srv   *Server
+	log   *zap.Logger
+	node  int32
+	creds *SASLConfig // the mapped upstream identity's login, if any
 
-	mu     sync.Mutex // guards sess and the fields below
-	sess   *session.Session
-	closed bool
-	side   string // who ended the connection, and why
-	err    error
+	mu      sync.Mutex // guards sess and the fields below
+	sess    *session.Session
+	closed  bool
+	side    string // who ended the connection, and why
+	err     error
+	up      net.Conn // nil until dialed
+	dialing bool     // the upstream side has started
+	held    int      // the session's held bytes as last counted
 
-	client, up net.Conn
-	toClient   *outQueue
-	toUp       *outQueue
-	resume     chan struct{}
-	done       chan struct{}
+	client   net.Conn
+	toClient *outQueue
+	toUp     *outQueue
+	resume   chan struct{}
+	drained  chan struct{} // the client's output shrank: the budget may let the readers go on
+	dialed   chan struct{} // closed when the upstream dial ended, either way
+	done     chan struct{}
+	ctx      context.Context // ends when the connection does
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	acct account
+	// upReading is the upstream reader's buffer while it holds part of a frame: left out of
+	// the budget's decision (see account.over).
+	upReading  atomic.Int64
+	lastActive atomic.Int64 // unix nanoseconds of the last request or answer
 }
 
 // serveNet runs one client connection to completion. The caller owns the goroutine.
@@ -43,8 +61,17 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		c.Close()
 		return
 	}
+	ip, ok := s.takeConn(c.RemoteAddr())
+	if !ok {
+		c.Close()
+		return
+	}
 	log := s.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
 	s.connOpened()
+	closed := func(side string, err error) {
+		s.releaseConn(ip)
+		s.connClosed(log, side, err)
+	}
 	if s.srvTLS != nil {
 		tc := tls.Server(c, s.srvTLS.Config())
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TLS.Listener.Timeout())
@@ -52,36 +79,30 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		cancel()
 		if err != nil {
 			c.Close()
-			s.connClosed(log, "client", fmt.Errorf("%w: %v", errTLSHandshake, err))
+			closed("client", fmt.Errorf("%w: %v", errTLSHandshake, err))
 			return
 		}
 		c = tc
 	}
 	id := identityOf(c, log)
-	creds := s.mapping(id)
-	nc := &netClient{srv: s, node: node, client: c, resume: make(chan struct{}, 1), done: make(chan struct{}), log: log}
-	nc.sess = session.New(s.sessionConfig(nc.log, creds != nil), nc)
+	nc := &netClient{srv: s, node: node, client: c, creds: s.mapping(id), log: log,
+		resume: make(chan struct{}, 1), drained: make(chan struct{}, 1), dialed: make(chan struct{}), done: make(chan struct{})}
+	nc.ctx, nc.cancel = context.WithCancel(context.Background())
+	nc.acct.b = s.budget
+	nc.lastActive.Store(time.Now().UnixNano())
+	nc.sess = session.New(s.sessionConfig(nc.log, nc.creds != nil), nc)
 	nc.sess.SetIdentity(id)
-	up, err := s.dialUpstream(node)
-	if err == nil && creds != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*s.cfg.Limits.DialTimeout)
-		err = saslLogin(ctx, up, creds)
-		cancel()
-		if err != nil {
-			up.Close()
-			err = fmt.Errorf("logging in to the destination as the mapped identity of %s: %w", id, err)
-		}
-	}
-	if err != nil {
-		c.Close()
-		s.metrics.upstreamErrors.Inc()
-		s.connClosed(log, "upstream", err)
-		return
-	}
-	nc.up = up
 	lowWater := s.cfg.Limits.ClientHighWaterBytes / 2
-	nc.toClient = newOutQueue(c, lowWater, nc.signal)
-	nc.toUp = newOutQueue(up, 0, nil)
+	nc.toClient = newOutQueue(lowWater, nc.signal, func(d int64) {
+		nc.acct.addOut(d)
+		if d < 0 {
+			select {
+			case nc.drained <- struct{}{}:
+			default:
+			}
+		}
+	})
+	nc.toUp = newOutQueue(0, nil, nc.acct.addIn)
 	s.mu.Lock()
 	s.conns[nc] = struct{}{}
 	s.mu.Unlock()
@@ -90,18 +111,50 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		delete(s.conns, nc)
 		s.mu.Unlock()
 	}()
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); nc.close("client", nc.toClient.run()) }()
-	go func() { defer wg.Done(); nc.close("upstream", nc.toUp.run()) }()
-	go func() { defer wg.Done(); nc.readUpstream() }()
+	nc.wg.Add(1)
+	go func() { defer nc.wg.Done(); nc.close("client", nc.toClient.run(c)) }()
 	nc.readClient()
-	wg.Wait()
+	nc.wg.Wait()
 	nc.mu.Lock()
 	nc.sess.Close()
 	side, cerr := nc.side, nc.err
 	nc.mu.Unlock()
-	s.connClosed(log, side, cerr)
+	nc.acct.release()
+	closed(side, cerr)
+}
+
+// connectUpstream dials the broker, logs in as the mapped identity when there is one, and
+// then runs the upstream side: a reader goroutine, and the writer on this one.
+func (nc *netClient) connectUpstream() {
+	up, err := nc.srv.dialUpstream(nc.ctx, nc.node)
+	if err == nil && nc.creds != nil {
+		ctx, cancel := context.WithTimeout(nc.ctx, 3*nc.srv.cfg.Limits.DialTimeout)
+		err = saslLogin(ctx, up, nc.creds)
+		cancel()
+		if err != nil {
+			up.Close()
+			nc.srv.metrics.upstreamErrors.Inc()
+			err = fmt.Errorf("logging in to the destination as the mapped identity of %s: %w", nc.sess.Identity(), err)
+		}
+	}
+	if err != nil {
+		close(nc.dialed)
+		nc.close("upstream", err)
+		return
+	}
+	nc.mu.Lock()
+	if nc.closed {
+		nc.mu.Unlock()
+		close(nc.dialed)
+		up.Close()
+		return
+	}
+	nc.up = up
+	nc.mu.Unlock()
+	close(nc.dialed)
+	nc.wg.Add(1)
+	go func() { defer nc.wg.Done(); nc.readUpstream(up) }()
+	nc.close("upstream", nc.toUp.run(up))
 }
 
 func (nc *netClient) signal() {
@@ -120,19 +173,79 @@ func (nc *netClient) close(side string, err error) {
 	}
 	nc.closed = true
 	nc.side, nc.err = side, err
+	up := nc.up
 	nc.mu.Unlock()
 	close(nc.done)
+	nc.cancel()
 	nc.client.Close()
-	nc.up.Close()
+	if up != nil {
+		up.Close()
+	}
 	nc.toClient.close()
 	nc.toUp.close()
 }
 
-// readLoop reads from r into a growing buffer and hands whole frames to handle; it returns
-// when reading fails or handle does.
+// closeIfIdle closes the connection when no request arrived and no answer was passed on since
+// cutoff (unix nanoseconds) and it has no request in flight.
+func (nc *netClient) closeIfIdle(cutoff int64) {
+	nc.mu.Lock()
+	idle := !nc.closed && nc.lastActive.Load() < cutoff && !nc.sess.Busy()
+	nc.mu.Unlock()
+	if idle {
+		nc.close("client", errIdle)
+	}
+}
+
+// waitBudget returns once the connection is within its share of the budget (true), or when
+// the connection ends (false).
+func (nc *netClient) waitBudget() bool {
+	if !nc.acct.over(nc.upReading.Load()) {
+		return true
+	}
+	nc.acct.pause()
+	defer nc.acct.unpause()
+	// The client's output shrinking signals drained; the others' (the total) is polled.
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-nc.drained:
+		case <-t.C:
+		case <-nc.done:
+			return false
+		}
+		if !nc.acct.over(nc.upReading.Load()) {
+			return true
+		}
+	}
+}
+
+// readLoop reads from r and hands whole frames to handle; it returns when reading fails or
+// handle does. When handle consumes nothing (the session paused) it calls wait before reading
+// on, and before every read gate (the budget); either returning false ends the loop. A frame
+// larger than the first buffer gets a pooled buffer of its size, given back once it has been
+// handled, so that an idle connection keeps no large buffer. held hears the bytes the loop
+// holds: its buffer's size while it holds part of a frame, else 0.
 func readLoop(r io.Reader, max int, size func([]byte) (int, error),
-	handle func([]byte) (int, error), wait func() bool) error {
-	buf := make([]byte, 0, 64<<10)
+	handle func([]byte) (int, error), wait, gate func() bool, held func(int)) error {
+	first := make([]byte, 0, 64<<10)
+	buf := first
+	pooled := false
+	last := 0
+	defer func() {
+		if pooled {
+			byteslice.Put(buf)
+		}
+		held(0)
+	}()
+	grow := func(size int) {
+		nb := byteslice.Get(size)[:len(buf)]
+		copy(nb, buf)
+		if pooled {
+			byteslice.Put(buf)
+		}
+		buf, pooled = nb, true
+	}
 	for {
 		// Hand over what is whole first: a paused session leaves frames behind.
 		for len(buf) >= 4 {
@@ -142,9 +255,7 @@ func readLoop(r io.Reader, max int, size func([]byte) (int, error),
 			}
 			if len(buf) < want {
 				if cap(buf) < want {
-					nb := make([]byte, len(buf), want)
-					copy(nb, buf)
-					buf = nb
+					grow(want)
 				}
 				break
 			}
@@ -160,13 +271,22 @@ func readLoop(r io.Reader, max int, size func([]byte) (int, error),
 				}
 			}
 		}
+		if len(buf) == 0 && pooled {
+			byteslice.Put(buf)
+			buf, pooled = first, false
+		}
+		if h := cap(buf) * min(len(buf), 1); h != last {
+			last = h
+			held(h)
+		}
 		if len(buf) > max {
 			return errBufferCap
 		}
+		if !gate() {
+			return nil
+		}
 		if len(buf) == cap(buf) {
-			nb := make([]byte, len(buf), 2*cap(buf))
-			copy(nb, buf)
-			buf = nb
+			grow(2 * cap(buf))
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -177,11 +297,25 @@ func readLoop(r io.Reader, max int, size func([]byte) (int, error),
 }
 
 func (nc *netClient) readClient() {
+	var last int64
 	err := readLoop(nc.client, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.FrameSize,
 		func(b []byte) (int, error) {
 			nc.mu.Lock()
-			defer nc.mu.Unlock()
-			return nc.sess.HandleClient(b)
+			n, err := nc.sess.HandleClient(b)
+			nc.countHeld()
+			if n > 0 {
+				nc.active()
+			}
+			dialing := nc.dialing && nc.up == nil
+			nc.mu.Unlock()
+			if dialing {
+				// The requests after the first that goes upstream wait for its connection.
+				select {
+				case <-nc.dialed:
+				case <-nc.done:
+				}
+			}
+			return n, err
 		},
 		func() bool {
 			select {
@@ -190,18 +324,32 @@ func (nc *netClient) readClient() {
 			case <-nc.done:
 				return false
 			}
+		},
+		nc.waitBudget,
+		func(h int) {
+			nc.acct.addIn(int64(h) - last)
+			last = int64(h)
 		})
 	nc.close("client", err)
 }
 
-func (nc *netClient) readUpstream() {
-	err := readLoop(nc.up, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.UpstreamFrameSize,
+func (nc *netClient) readUpstream(up net.Conn) {
+	err := readLoop(up, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.UpstreamFrameSize,
 		func(b []byte) (int, error) {
 			nc.mu.Lock()
 			defer nc.mu.Unlock()
-			return nc.sess.HandleUpstream(b)
+			n, err := nc.sess.HandleUpstream(b)
+			nc.countHeld()
+			if n > 0 {
+				nc.active()
+			}
+			return n, err
 		},
-		func() bool { return false })
+		func() bool { return false },
+		nc.waitBudget,
+		func(h int) {
+			nc.acct.addOut(int64(h) - nc.upReading.Swap(int64(h)))
+		})
 	if errors.Is(err, session.ErrLogin) {
 		// The destination's refusal goes to the client before the connection ends.
 		nc.toClient.drain(2 * time.Second)
@@ -209,20 +357,44 @@ func (nc *netClient) readUpstream() {
 	nc.close("upstream", err)
 }
 
+// active notes that a request arrived or an answer was passed on, for the idle timeout;
+// called with nc.mu held (closeIfIdle reads it under the lock).
+func (nc *netClient) active() { nc.lastActive.Store(time.Now().UnixNano()) }
+
+// countHeld counts what the session holds; called with nc.mu held.
+func (nc *netClient) countHeld() {
+	h := nc.sess.Held()
+	nc.acct.addOut(int64(h - nc.held))
+	nc.held = h
+}
+
 // session.Conn; called with nc.mu held.
 
 // Close runs close on a goroutine of its own: the caller holds nc.mu, which close takes.
 func (nc *netClient) Close(err error) { go nc.close("client", err) }
 
-func (nc *netClient) WriteClient(b []byte)   { nc.toClient.push(b) }
-func (nc *netClient) WriteUpstream(b []byte) { nc.toUp.push(b) }
-func (nc *netClient) ClientPending() int     { return nc.toClient.pending() }
-func (nc *netClient) Resume()                { nc.signal() }
+func (nc *netClient) WriteClient(b []byte) { nc.toClient.push(b) }
+
+// WriteUpstream queues bytes for the upstream broker and, at the first request, starts the
+// upstream side.
+func (nc *netClient) WriteUpstream(b []byte) {
+	nc.toUp.push(b)
+	if !nc.dialing && !nc.closed {
+		nc.dialing = true
+		nc.wg.Add(1)
+		go func() { defer nc.wg.Done(); nc.connectUpstream() }()
+	}
+}
+
+func (nc *netClient) ClientPending() int { return nc.toClient.pending() }
+func (nc *netClient) Resume()            { nc.signal() }
 func (nc *netClient) Post(fn func()) {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if !nc.closed {
 		fn()
+		nc.countHeld()
+		nc.active()
 	}
 }
 func (nc *netClient) WaitClientDrain() {
@@ -232,7 +404,6 @@ func (nc *netClient) WaitClientDrain() {
 
 // outQueue is one side's outbound bytes and the goroutine that writes them.
 type outQueue struct {
-	w        net.Conn
 	mu       sync.Mutex
 	cond     *sync.Cond
 	bufs     net.Buffers
@@ -241,10 +412,12 @@ type outQueue struct {
 	lowWater int
 	notify   func()
 	want     bool // notify once pending falls to lowWater
+	count    func(int64)
 }
 
-func newOutQueue(w net.Conn, lowWater int, notify func()) *outQueue {
-	q := &outQueue{w: w, lowWater: lowWater, notify: notify}
+// newOutQueue makes a queue; count hears every change of its size.
+func newOutQueue(lowWater int, notify func(), count func(int64)) *outQueue {
+	q := &outQueue{lowWater: lowWater, notify: notify, count: count}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -255,6 +428,7 @@ func (q *outQueue) push(b []byte) {
 	q.bufs = append(q.bufs, cp)
 	q.n += len(cp)
 	q.mu.Unlock()
+	q.count(int64(len(cp)))
 	q.cond.Signal()
 }
 
@@ -295,8 +469,8 @@ func (q *outQueue) close() {
 	q.cond.Broadcast()
 }
 
-// run writes queued bytes until the queue is closed (nil) or a write fails (the error).
-func (q *outQueue) run() error {
+// run writes queued bytes to w until the queue is closed (nil) or a write fails (the error).
+func (q *outQueue) run(w net.Conn) error {
 	for {
 		q.mu.Lock()
 		for len(q.bufs) == 0 && !q.closed {
@@ -313,7 +487,7 @@ func (q *outQueue) run() error {
 		for _, b := range bufs {
 			n += len(b)
 		}
-		if _, err := bufs.WriteTo(q.w); err != nil {
+		if _, err := bufs.WriteTo(w); err != nil {
 			return err
 		}
 		q.mu.Lock()
@@ -323,6 +497,7 @@ func (q *outQueue) run() error {
 			q.want = false
 		}
 		q.mu.Unlock()
+		q.count(-int64(n))
 		if fire {
 			q.notify()
 		}

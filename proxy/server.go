@@ -50,10 +50,13 @@ type Server struct {
 	writer  *atoffset.Writer
 	view    *view.View
 
-	gnet     *gnetTransport
-	draining atomic.Bool
-	inFlight atomic.Int64
-	bufHigh  atomic.Int64
+	gnet       *gnetTransport
+	draining   atomic.Bool
+	inFlight   atomic.Int64
+	bufHigh    atomic.Int64
+	budget     *budget
+	climits    connLimits
+	pollWarned atomic.Bool
 
 	mu        sync.Mutex
 	listeners map[int32]net.Listener  // broker listeners, by node id
@@ -75,6 +78,8 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[int32]net.Listener{}, conns: map[*netClient]struct{}{}, ready: make(chan struct{})}
 	s.metrics = newMetrics(s.reg, func() float64 { return float64(s.inFlight.Load()) })
+	s.budget = newBudget(cfg.Limits.MaxHeldBytes, s.metrics.budgetPauses)
+	registerBudget(s.reg, s.budget)
 	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	onErr := func(err error) {
 		log.Error("certificate reload failed; the previous certificate stays in use", zap.Error(err))
@@ -200,6 +205,10 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.cfg.Path != "" {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.watchConfig(runCtx) }()
+	}
+	if s.cfg.Limits.ConnectionsMaxIdle > 0 {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.closeIdle(runCtx) }()
 	}
 
 	errc := make(chan error, 1)
@@ -397,8 +406,8 @@ func (s *Server) accept(l net.Listener, node int32) {
 
 // dialUpstream connects to the broker a listener stands for (node -1: a bootstrap broker,
 // trying each in turn). It blocks: never call it on an event loop.
-func (s *Server) dialUpstream(node int32) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*s.cfg.Limits.DialTimeout)
+func (s *Server) dialUpstream(ctx context.Context, node int32) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*s.cfg.Limits.DialTimeout)
 	defer cancel()
 	attempts := 1
 	if node < 0 {
@@ -419,11 +428,13 @@ func (s *Server) dialUpstream(node int32) (net.Conn, error) {
 				setSendBuffer(tc, s.cfg.Limits.SocketSendBytes)
 			}
 			if s.upTLS == nil {
+				s.metrics.upstreamDials.Inc()
 				return c, nil
 			}
 			host, _, _ := net.SplitHostPort(addr)
 			tc := tls.Client(c, s.upTLS.Config(host))
 			if err = tc.HandshakeContext(ctx); err == nil {
+				s.metrics.upstreamDials.Inc()
 				return tc, nil
 			}
 			c.Close()
@@ -456,6 +467,8 @@ func closeKind(side string, err error) string {
 		return "protocol_error"
 	case errors.Is(err, errBufferCap):
 		return "limit"
+	case errors.Is(err, errIdle):
+		return "idle"
 	case errors.Is(err, errShutdown):
 		return "shutdown"
 	case errors.Is(err, errTLSHandshake):

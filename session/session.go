@@ -190,9 +190,11 @@ type Session struct {
 	headroom int
 	outBuf   []byte
 	outUsed  bool // the last rewrite's result lives in outBuf
-	closed   bool
-	ctx      context.Context // ends when the connection does; async work watches it
-	cancel   context.CancelFunc
+	// held is the bytes of responses kept in their slots, waiting for an earlier one.
+	held   int
+	closed bool
+	ctx    context.Context // ends when the connection does; async work watches it
+	cancel context.CancelFunc
 }
 
 // New makes a session for one client connection.
@@ -228,6 +230,13 @@ func New(cfg Config, conn Conn) *Session {
 
 // InFlight is the number of requests waiting for their response.
 func (s *Session) InFlight() int { return s.slots.len() }
+
+// Busy reports whether a request is waiting for its response or for an asynchronous step.
+func (s *Session) Busy() bool { return s.slots.len() > 0 || s.blocked }
+
+// Held is the bytes of responses the session keeps until the responses before them are ready
+// (the transport counts what it buffers itself).
+func (s *Session) Held() int { return s.held }
 
 // ClientID is the client.id of the last request that carried one.
 func (s *Session) ClientID() string { return s.clientID }
@@ -429,6 +438,7 @@ func (s *Session) complete(sl slot, r *request) []byte {
 		}
 		s.cfg.Observer.LocalAnswer(sl.key)
 		sl.done, sl.out = true, r.answer
+		s.held += len(sl.out)
 		s.slots.push(sl)
 		s.count(1)
 		return nil
@@ -501,6 +511,7 @@ func (s *Session) unsupported(h reqHeader) error {
 // local queues an answer offsetgate makes itself; it leaves in request order.
 func (s *Session) local(h reqHeader, frame []byte) {
 	s.cfg.Observer.LocalAnswer(h.key)
+	s.held += len(frame)
 	s.slots.push(slot{key: h.key, version: h.version, corr: h.corr, start: time.Now(), done: true, out: frame})
 	s.count(1)
 }
@@ -568,6 +579,7 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 				out = append([]byte(nil), out...)
 			}
 			sl.out, sl.done = out, true
+			s.held += len(out)
 		}
 		off += 4 + size
 		if s.closing != nil {
@@ -643,6 +655,7 @@ func (s *Session) flush() {
 			return
 		}
 		s.conn.WriteClient(sl.out)
+		s.held -= len(sl.out)
 		if !sl.upstream {
 			s.cfg.Observer.Response(sl.key, len(sl.out), time.Since(sl.start))
 		}
@@ -666,6 +679,7 @@ func (s *Session) Close() {
 	for s.slots.len() > 0 {
 		s.slots.pop()
 	}
+	s.held = 0
 }
 
 // FrameSize checks a frame's 4-byte size prefix and returns the whole frame's length, so a

@@ -76,6 +76,9 @@ func TestPipelinedOrderWithLocalAnswer(t *testing.T) {
 	if fc.client.Len() != 0 {
 		t.Fatalf("the local answer left before the earlier Metadata response")
 	}
+	if s.Held() == 0 || !s.Busy() {
+		t.Fatalf("the local answer waiting in its slot is not counted: held %d, busy %v", s.Held(), s.Busy())
+	}
 	if got := len(frames(t, fc.upstream.Bytes())); got != 2 {
 		t.Fatalf("%d frames forwarded, want 2 (the too-new ApiVersions is answered locally)", got)
 	}
@@ -102,8 +105,8 @@ func TestPipelinedOrderWithLocalAnswer(t *testing.T) {
 	if err := avr.ReadFrom(out[1][8:]); err != nil || avr.ErrorCode != 35 {
 		t.Fatalf("too-new ApiVersions answer: error %d, %v", avr.ErrorCode, err)
 	}
-	if s.InFlight() != 0 {
-		t.Fatalf("%d requests still in flight", s.InFlight())
+	if s.InFlight() != 0 || s.Held() != 0 || s.Busy() {
+		t.Fatalf("%d requests still in flight, %d bytes held", s.InFlight(), s.Held())
 	}
 }
 

@@ -4,6 +4,7 @@
 //
 //	ogbench [run] [--quick] [--clusters FILE] [--offsetgate BIN] [--baseline BIN] [--out FILE] [--svg FILE] ...
 //	ogbench chart --in FILE [--svg FILE]     redraw the chart (and print the table) from a JSON report
+//	ogbench slowreader [--offsetgate BIN] [--baseline BIN] [--clusters FILE]   RSS under a client that never reads
 //	ogbench relay HOST:PORT...               the relay process (started by run)
 package main
 
@@ -41,12 +42,14 @@ func main() {
 		err = fetch(args)
 	case "mm2":
 		err = mm2(args)
+	case "slowreader":
+		err = slowReader(args)
 	case "relay":
 		err = bench.RelayMain(args, os.Stdout)
 	case "help":
-		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
+		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
 	default:
-		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, relay)", cmd)
+		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, relay)", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
