@@ -29,22 +29,25 @@ import (
 	"offsetgate/catalog"
 	"offsetgate/ledger"
 	"offsetgate/rawread"
+	"offsetgate/rules"
 	"offsetgate/wire"
 )
 
-// Error codes of produce-at-offset answers (docs/PROTOCOL.md).
+// Error codes of produce-at-offset answers: rules' one table (docs/PROTOCOL.md).
+var (
+	ErrInvalidRecord = rules.ErrInvalidRecord
+	ErrOutOfOrder    = rules.ErrOutOfOrder
+	ErrFencedEpoch   = rules.ErrFencedEpoch
+	ErrHalted        = rules.ErrHalted
+	ErrOwned         = rules.ErrOwned
+	ErrRetriable     = rules.ErrTimedOut
+)
+
 const (
-	ErrInvalidRecord      int16 = 87 // INVALID_RECORD: a batch kind this version cannot mirror exactly, or a bad CRC
-	ErrOutOfOrder         int16 = 45 // OUT_OF_ORDER_SEQUENCE_NUMBER: overlaps what is mirrored with different content, or rewinds
-	ErrFencedEpoch        int16 = 74 // FENCED_LEADER_EPOCH: a lower source leader epoch than already mirrored
-	ErrHalted             int16 = 56 // KAFKA_STORAGE_ERROR: the partition is halted
-	ErrOwned              int16 = 44 // POLICY_VIOLATION: another offsetgate instance owns the partition
-	ErrRetriable          int16 = 7  // REQUEST_TIMED_OUT: the ledger or D did not answer; retry the same batches
-	ErrNotMirrorTopic     int16 = 3  // UNKNOWN_TOPIC_OR_PARTITION
-	DefaultMaxFill              = 10000
-	DefaultLease                = 30 * time.Second
-	recentEntries               = 4096
-	defaultRequestTimeout       = 30 * time.Second
+	DefaultMaxFill        = 10000
+	DefaultLease          = 30 * time.Second
+	recentEntries         = 4096
+	defaultRequestTimeout = 30 * time.Second
 )
 
 // Config tunes the writer.

@@ -552,7 +552,7 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			msg = *pr.ErrorMessage
 		}
 		err = fmt.Errorf("%w: %s", kerr.ErrorForCode(pr.ErrorCode), msg)
-		if !kerr.IsRetriable(kerr.ErrorForCode(pr.ErrorCode)) || pr.ErrorCode == 56 {
+		if !kerr.IsRetriable(kerr.ErrorForCode(pr.ErrorCode)) || pr.ErrorCode == rules.ErrHalted {
 			return err
 		}
 		last = err

@@ -19,16 +19,6 @@ const (
 	OwnTopicPrefix = "__offsetgate_"
 )
 
-// Error codes of refusals (docs/PROTOCOL.md lists them with their meaning).
-const (
-	ErrUnknownTopic       int16 = 3   // UNKNOWN_TOPIC_OR_PARTITION: a name the destination does not show offsetgate
-	ErrUnknownTopicID     int16 = 100 // UNKNOWN_TOPIC_ID: an id the destination does not show offsetgate
-	ErrTopicAuthorization int16 = 29  // TOPIC_AUTHORIZATION_FAILED: not an approved mirroring client, or offsetgate's own topic
-	ErrInvalidConfig      int16 = 40  // INVALID_CONFIG: a config change that would break exactness, or adding the mark later
-	ErrPolicyViolation    int16 = 44  // POLICY_VIOLATION: an operation that would break a mirror's exactness
-	ErrInvalidRecord      int16 = 87  // INVALID_RECORD: a batch this version cannot mirror exactly
-)
-
 // Mark is a mirror topic's durable record, keyed by topic id.
 type Mark struct {
 	Version  int               `json:"version"`

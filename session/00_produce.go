@@ -224,7 +224,7 @@ func finishRefused(s *Session, r *request, req kmsg.ProduceRequest, refused []re
 		}
 		resp := kmsg.ProduceResponse{Version: r.h.version}
 		spliceProduce(&resp, refused, r.h.version)
-		r.answer = responseFrame(r.h.corr, flexibleRequest(0, r.h.version), resp.AppendTo(nil))
+		r.answer = responseFrame(r.h.corr, flexibleRequest(int16(kmsg.Produce), r.h.version), resp.AppendTo(nil))
 		return
 	}
 	// Forward the rest; put the refusals into the broker's answer.

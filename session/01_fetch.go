@@ -74,7 +74,7 @@ func rewriteFetchAt(s *Session, version int16, body []byte, committed bool) ([]b
 					// Never D's batches as the source's; the view is loaded by the time the
 					// partition is fetched again.
 					p.RecordBatches = nil
-					p.ErrorCode = 6 // NOT_LEADER_OR_FOLLOWER: the client refreshes and retries
+					p.ErrorCode = rules.ErrNotLeader // the client refreshes and retries
 					continue
 				}
 				if p.ErrorCode == 0 {
@@ -307,7 +307,7 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			// held by fillers): a control batch on D was written behind offsetgate. Restoring
 			// over it would turn a marker into a record that never existed: serve nothing of
 			// this partition and say the storage is bad.
-			p.RecordBatches, p.ErrorCode = nil, 56 // KAFKA_STORAGE_ERROR
+			p.RecordBatches, p.ErrorCode = nil, rules.ErrHalted
 			return true
 		}
 		off += h.Size()

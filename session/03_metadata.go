@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
+	"offsetgate/rules"
 )
 
 var metadataHandler = handler{
@@ -96,7 +97,7 @@ func rewriteMetadata(s *Session, version int16, body []byte) ([]byte, bool, erro
 				}
 				pv := s.partView(*info, p.Partition)
 				if pv == nil {
-					p.ErrorCode = 5 // LEADER_NOT_AVAILABLE: retried, and the view is loaded by then
+					p.ErrorCode = rules.ErrLeaderNotAvailable // retried, and the view is loaded by then
 					continue
 				}
 				if p.LeaderEpoch >= 0 {

@@ -194,5 +194,5 @@ func spliceCreateTopics(resp *kmsg.CreateTopicsResponse, refused []topicRefusal)
 func createTopicsAnswer(corr int32, version int16, resp kmsg.CreateTopicsResponse, refused []topicRefusal) []byte {
 	resp.Version = version
 	spliceCreateTopics(&resp, refused)
-	return responseFrame(corr, flexibleRequest(19, version), resp.AppendTo(nil))
+	return responseFrame(corr, flexibleRequest(int16(kmsg.CreateTopics), version), resp.AppendTo(nil))
 }

@@ -78,7 +78,7 @@ func deleteRecordsDecide(s *Session, r *request) error {
 		if pv := s.partView(mp.t, mp.partition); pv != nil {
 			views[partKey{mp.t.Name, mp.partition}] = pv
 		} else {
-			refused = append(refused, refusal{topic: mp.t.Name, partition: mp.partition, code: 7,
+			refused = append(refused, refusal{topic: mp.t.Name, partition: mp.partition, code: rules.ErrTimedOut,
 				msg: "offsetgate: the mirror partition's ledger could not be read; nothing was deleted"})
 		}
 	}

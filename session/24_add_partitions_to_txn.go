@@ -65,7 +65,7 @@ func addPartitionsToTxnDecide(s *Session, r *request) error {
 		if _, bad := refuse[topic]; bad {
 			return rules.ErrTopicAuthorization
 		}
-		return 55 // OPERATION_NOT_ATTEMPTED
+		return rules.ErrNotAttempted
 	}
 	resp := kmsg.NewPtrAddPartitionsToTxnResponse()
 	for _, t := range req.Topics {

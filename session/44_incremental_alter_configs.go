@@ -173,7 +173,7 @@ func incrementalAlterConfigsDecide(s *Session, r *request) error {
 		if len(req.Resources) == 0 {
 			resp := kmsg.IncrementalAlterConfigsResponse{Version: version}
 			spliceIncremental(&resp, all)
-			r.answer = responseFrame(corr, flexibleRequest(44, version), resp.AppendTo(nil))
+			r.answer = responseFrame(corr, flexibleRequest(int16(kmsg.IncrementalAlterConfigs), version), resp.AppendTo(nil))
 			return
 		}
 		forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.IncrementalAlterConfigsResponse) { spliceIncremental(resp, all) })

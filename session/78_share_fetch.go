@@ -57,7 +57,7 @@ func shareFetchDecide(s *Session, r *request) error {
 	if len(keep) == 0 {
 		resp := kmsg.ShareFetchResponse{Version: r.h.version}
 		spliceShareFetch(&resp, refused)
-		r.answer = responseFrame(r.h.corr, flexibleRequest(78, r.h.version), resp.AppendTo(nil))
+		r.answer = responseFrame(r.h.corr, flexibleRequest(int16(kmsg.ShareFetch), r.h.version), resp.AppendTo(nil))
 		return nil
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())

@@ -49,56 +49,56 @@ func (hd *handler) isActive(s *Session) bool {
 
 // handlerFor returns the handler of an api key, or nil when its frames pass as bytes.
 func handlerFor(key int16) *handler {
-	switch key {
-	case 0:
+	switch kmsg.Key(key) {
+	case kmsg.Produce:
 		return &produceHandler
-	case 1:
+	case kmsg.Fetch:
 		return &fetchHandler
-	case 2:
+	case kmsg.ListOffsets:
 		return &listOffsetsHandler
-	case 3:
+	case kmsg.Metadata:
 		return &metadataHandler
-	case 8:
+	case kmsg.OffsetCommit:
 		return &offsetCommitHandler
-	case 9:
+	case kmsg.OffsetFetch:
 		return &offsetFetchHandler
-	case 10:
+	case kmsg.FindCoordinator:
 		return &findCoordinatorHandler
-	case 17:
+	case kmsg.SASLHandshake:
 		return &saslHandshakeHandler
-	case 18:
+	case kmsg.ApiVersions:
 		return &apiVersionsHandler
-	case 19:
+	case kmsg.CreateTopics:
 		return &createTopicsHandler
-	case 20:
+	case kmsg.DeleteTopics:
 		return &deleteTopicsHandler
-	case 21:
+	case kmsg.DeleteRecords:
 		return &deleteRecordsHandler
-	case 23:
+	case kmsg.OffsetForLeaderEpoch:
 		return &offsetForLeaderEpochHandler
-	case 24:
+	case kmsg.AddPartitionsToTxn:
 		return &addPartitionsToTxnHandler
-	case 28:
+	case kmsg.TxnOffsetCommit:
 		return &txnOffsetCommitHandler
-	case 32:
+	case kmsg.DescribeConfigs:
 		return &describeConfigsHandler
-	case 33:
+	case kmsg.AlterConfigs:
 		return &alterConfigsHandler
-	case 37:
+	case kmsg.CreatePartitions:
 		return &createPartitionsHandler
-	case 43:
+	case kmsg.ElectLeaders:
 		return &electLeadersHandler
-	case 44:
+	case kmsg.IncrementalAlterConfigs:
 		return &incrementalAlterConfigsHandler
-	case 36:
+	case kmsg.SASLAuthenticate:
 		return &saslAuthenticateHandler
-	case 60:
+	case kmsg.DescribeCluster:
 		return &describeClusterHandler
-	case 75:
+	case kmsg.DescribeTopicPartitions:
 		return &describeTopicPartitionsHandler
-	case 78:
+	case kmsg.ShareFetch:
 		return &shareFetchHandler
-	case 79:
+	case kmsg.ShareAcknowledge:
 		return &shareAcknowledgeHandler
 	}
 	return nil

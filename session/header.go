@@ -40,7 +40,7 @@ func parseReqHeader(p []byte) (reqHeader, error) {
 	h.corr = int32(binary.BigEndian.Uint32(p[4:]))
 	off := 8
 	// ControlledShutdown v0 is the one request without a client id; it is never advertised.
-	if h.key == 7 && h.version == 0 {
+	if kmsg.Key(h.key) == kmsg.ControlledShutdown && h.version == 0 {
 		h.bodyOff = off
 		return h, nil
 	}
@@ -82,7 +82,7 @@ func respHeaderLen(p []byte, key, version int16) (int, error) {
 	if len(p) < 4 {
 		return 0, errShortHeader
 	}
-	if key == 18 || !flexibleRequest(key, version) {
+	if kmsg.Key(key) == kmsg.ApiVersions || !flexibleRequest(key, version) {
 		return 4, nil
 	}
 	return skipTags(p, 4)

@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
+	"offsetgate/rules"
 	"offsetgate/view"
 )
 
@@ -228,7 +229,7 @@ func (s *Session) unjudged(hd *handler, r *request, err error) error {
 		err = fmt.Errorf("%w after %v: %v", errWaitTimedOut, s.cfg.WaitTimeout, err)
 	}
 	if hd != nil && hd.refuse != nil && r.req != nil {
-		hd.refuse(s, r, 7, "offsetgate: "+err.Error()+"; nothing was done, retry") // REQUEST_TIMED_OUT
+		hd.refuse(s, r, rules.ErrTimedOut, "offsetgate: "+err.Error()+"; nothing was done, retry")
 		return nil
 	}
 	return fmt.Errorf("%w: %s: %v", ErrUnjudged, kmsg.NameForKey(r.h.key), err)

@@ -34,10 +34,12 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+
+	"offsetgate/rules"
 )
 
 // errIllegalSASLState is Kafka's ILLEGAL_SASL_STATE.
-const errIllegalSASLState int16 = 34
+var errIllegalSASLState = rules.ErrIllegalSASLState
 
 // ErrLogin ends a connection whose SASL login (or re-authentication) the destination refused.
 var ErrLogin = errors.New("SASL login refused by the destination")

@@ -386,13 +386,13 @@ func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 	if !Supported(h.key, h.version) {
 		return nil, false, s.unsupported(h)
 	}
-	if h.key != 17 && h.key != 36 && s.saslBusy() {
+	if k := kmsg.Key(h.key); k != kmsg.SASLHandshake && k != kmsg.SASLAuthenticate && s.saslBusy() {
 		if s.closing != nil {
 			return nil, false, s.closing
 		}
 		return nil, false, fmt.Errorf("%w: %s sent api key %d during a SASL login (nothing but the login's next step is taken until it completes)", ErrForbidden, s.ident, h.key)
 	}
-	if s.cfg.Admit != nil && !s.admitted && h.key != 17 && h.key != 18 && h.key != 36 {
+	if k := kmsg.Key(h.key); s.cfg.Admit != nil && !s.admitted && k != kmsg.SASLHandshake && k != kmsg.ApiVersions && k != kmsg.SASLAuthenticate {
 		if err := s.cfg.Admit(s.ident); err != nil {
 			return nil, false, fmt.Errorf("%w: %s: %v", ErrForbidden, s.ident, err)
 		}
@@ -495,13 +495,13 @@ func (s *Session) startAsync(sl slot, r *request) {
 
 // unsupported answers or refuses a request offsetgate cannot parse.
 func (s *Session) unsupported(h reqHeader) error {
-	if h.key == 18 {
+	if kmsg.Key(h.key) == kmsg.ApiVersions {
 		// KIP-511: a too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and the
 		// versions of ApiVersions offsetgate does support, so the client retries lower.
 		s.local(h, apiVersionsTooNew(h.corr))
 		return nil
 	}
-	if h.key == 17 && h.version == 0 {
+	if kmsg.Key(h.key) == kmsg.SASLHandshake && h.version == 0 {
 		s.local(h, saslHandshakeV0Refusal(h.corr))
 		return nil
 	}

@@ -11,8 +11,8 @@ import (
 func TestAllowlistMatchesKmsg(t *testing.T) {
 	for k := int16(0); k < maxKey; k++ {
 		r := kmsg.RequestForKey(k)
-		a, inAllow := allowed[k]
-		_, inExcl := excluded[k]
+		a, inAllow := allowed[kmsg.Key(k)]
+		_, inExcl := excluded[kmsg.Key(k)]
 		if r == nil {
 			if inAllow || inExcl {
 				t.Errorf("key %d is listed but kmsg does not know it", k)
