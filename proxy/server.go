@@ -28,9 +28,9 @@ import (
 
 	"offsetgate/atoffset"
 	"offsetgate/catalog"
-	"offsetgate/ledger"
 	"offsetgate/rules"
 	"offsetgate/session"
+	"offsetgate/state"
 	ogtls "offsetgate/tls"
 	"offsetgate/view"
 )
@@ -160,48 +160,25 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer s.wg.Done(); _ = admin.Serve(l) }()
 	}
 
-	// Mirror marks first: no client is served before offsetgate knows its mirror topics.
+	// offsetgate's state in the destination first: no client is served before offsetgate
+	// knows its mirror topics.
 	opts, err := s.ownClientOpts()
 	if err != nil {
 		return err
 	}
-	opts = append(opts, kgo.SeedBrokers(s.cfg.Bootstrap...))
-	cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
-	cat, err := catalog.Open(cctx, opts, s.log.Named("catalog"))
-	if err == nil {
-		s.catalog = cat
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); cat.Run(runCtx) }()
-		select {
-		case <-cat.Ready():
-			err = cat.Refresh(cctx, nil)
-		case <-cctx.Done():
-			err = fmt.Errorf("reading mirror marks: %w", cctx.Err())
-		}
-	}
-	ccancel()
-	if err != nil {
-		return fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
-	}
-	s.log.Info("mirror marks loaded", zap.Int("mirror_topics", len(cat.Marks())))
-	wcl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ClientID("offsetgate-writer"))...)
-	if err != nil {
-		return err
-	}
-	defer wcl.Close()
 	instance := s.cfg.InstanceID
 	if instance == "" {
 		host, _ := os.Hostname()
 		instance = host + "/" + s.cfg.Listen
 	}
-	led := ledger.New(wcl)
-	s.view = view.New(runCtx, led, wcl, s.log.Named("view"))
-	defer s.view.Wait()
-	// Warm every mirror topic's source view, so the first requests for them do not wait.
-	s.view.Prefetch(cat.Mirrors())
-	s.writer = atoffset.New(atoffset.Config{MaxFill: s.cfg.MaxFill, Instance: instance, Dial: s.dialOwn, OnEntries: s.view.Record},
-		wcl, led, s.log.Named("atoffset"), atoffset.NewMetrics(s.reg))
+	st, err := state.Open(ctx, runCtx, state.Config{ClientOpts: append(opts, kgo.SeedBrokers(s.cfg.Bootstrap...)), Instance: instance,
+		MaxFill: s.cfg.MaxFill, Dial: s.dialOwn, Metrics: s.reg, Log: s.log})
+	if err != nil {
+		return fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
+	}
+	defer st.Close()
+	defer cancel() // st.Close waits for what runs until runCtx ends
+	s.catalog, s.view, s.writer = st.Catalog, st.View, st.Writer
 	if s.cfg.Path != "" {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.watchConfig(runCtx) }()

@@ -1,0 +1,102 @@
+// Package state opens offsetgate's state in the destination and what is built on it, in one
+// place: the mirror marks (catalog), the ledgers, the source views read from them, and the
+// produce-at-offset writer that appends to them. `offsetgate serve` opens it before it takes a
+// client (proxy.Server.Run calls Open), so no request is judged before the marks are read.
+//
+// Everything here lives in the destination (offsetgate's own topics): a second instance with
+// no local state opens the same state.
+package state
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"offsetgate/atoffset"
+	"offsetgate/catalog"
+	"offsetgate/ledger"
+	"offsetgate/view"
+	"offsetgate/wire"
+)
+
+// Config is how to reach the destination as offsetgate and how to write mirror partitions.
+type Config struct {
+	// ClientOpts are offsetgate's own client options towards the destination (seeds, TLS,
+	// SASL).
+	ClientOpts []kgo.Opt
+	// Instance names this offsetgate for partition ownership.
+	Instance string
+	// MaxFill is the largest hole filled with filler records (atoffset.Config).
+	MaxFill int64
+	// Dial opens offsetgate's own connections to a destination broker (pipelined writes).
+	Dial func(ctx context.Context, addr string) (*wire.Conn, error)
+	// OpenTimeout bounds reading the marks at start (60 s when zero).
+	OpenTimeout time.Duration
+	Metrics     prometheus.Registerer
+	Log         *zap.Logger
+}
+
+// State is the opened state. Its parts are safe for concurrent use.
+type State struct {
+	Catalog *catalog.Catalog
+	Ledger  *ledger.Ledger
+	View    *view.View
+	Writer  *atoffset.Writer
+
+	cl   *kgo.Client // offsetgate's writer client: acks=all, no linger
+	done chan struct{}
+}
+
+// Open reads every mirror mark (within ctx and OpenTimeout), then builds the ledger, the
+// source views (loading every mirror topic's in the background) and the writer. The marks are
+// followed, and background work runs, until run ends; Close waits for it then.
+func Open(ctx, run context.Context, cfg Config) (*State, error) {
+	if cfg.OpenTimeout <= 0 {
+		cfg.OpenTimeout = 60 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	octx, cancel := context.WithTimeout(ctx, cfg.OpenTimeout)
+	defer cancel()
+	cat, err := catalog.Open(octx, cfg.ClientOpts, cfg.Log.Named("catalog"))
+	if err != nil {
+		return nil, err
+	}
+	st := &State{Catalog: cat, done: make(chan struct{})}
+	go func() { defer close(st.done); cat.Run(run) }()
+	select {
+	case <-cat.Ready():
+		err = cat.Refresh(octx, nil)
+	case <-octx.Done():
+		err = fmt.Errorf("reading mirror marks: %w", octx.Err())
+	}
+	if err != nil {
+		return nil, err // the follower ends with run
+	}
+	cfg.Log.Info("mirror marks loaded", zap.Int("mirror_topics", len(cat.Marks())))
+	st.cl, err = kgo.NewClient(append(append([]kgo.Opt{}, cfg.ClientOpts...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ClientID("offsetgate-writer"))...)
+	if err != nil {
+		return nil, err
+	}
+	st.Ledger = ledger.New(st.cl)
+	st.View = view.New(run, st.Ledger, st.cl, cfg.Log.Named("view"))
+	// Warm every mirror topic's source view, so the first requests for them do not wait.
+	st.View.Prefetch(cat.Mirrors())
+	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Instance: cfg.Instance, Dial: cfg.Dial, OnEntries: st.View.Record},
+		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
+	return st, nil
+}
+
+// Close waits for the background work (the marks follower, view loads) to end with run, and
+// closes offsetgate's writer client.
+func (st *State) Close() {
+	<-st.done
+	st.View.Wait()
+	st.cl.Close()
+}
