@@ -1,6 +1,7 @@
 package mirror_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
 	"offsetgate/proxy"
+	"offsetgate/verify"
 )
 
 func newRelays(t testing.TB, raw bool, f relay.Fault) *relay.Set {
@@ -137,9 +139,55 @@ func TestDroppedResponses(t *testing.T) {
 // offsetgate killed with SIGKILL in the middle of mirroring, restarted, and the mirror run
 // again: nothing is written twice and nothing is lost.
 func TestKillDuringMirror(t *testing.T) {
-	prefix := testkafka.Names(t, "k")
+	killDuringMirror(t, "k", func(ctx context.Context, pair *testkafka.Pair, topic string) {
+		produceSource(ctx, t, pair.Source, topic, 6000)
+	}, func(ctx context.Context, e *env, topic string) { sameData(ctx, t, e, topic) })
+}
+
+// The same with transactions: many small ones across both partitions, committed and aborted,
+// so the kills land between a transaction's batches and its markers, and between the markers
+// of one transaction on different partitions. Then the mirroring process itself is killed
+// (SIGKILL) in the middle of a run. Afterwards every batch, marker, last stable offset and
+// aborted transaction is the source's.
+func TestKillDuringTransactionalMirror(t *testing.T) {
+	killDuringMirror(t, "kt", func(ctx context.Context, pair *testkafka.Pair, topic string) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(pair.Source.Addrs()...), kgo.TransactionalID(topic+"-tx"),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for i := 0; i < 400; i++ {
+			if err := cl.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			for p := int32(0); p < 2; p++ {
+				r := &kgo.Record{Topic: topic, Partition: p, Key: []byte(fmt.Sprintf("k%d", i)), Value: bytes.Repeat([]byte{'v'}, 200)}
+				if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(i%3 != 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, func(ctx context.Context, e *env, topic string) {
+		res, err := verify.Run(ctx, verify.Config{Source: e.srcClient(t), Proxy: e.proxyClient(t), Topic: topic}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil || r.Diff != nil || r.Tail != 0 || r.Aborted == 0 {
+				t.Fatalf("after the kills: %s", r.Line(topic))
+			}
+		}
+	})
+}
+
+func killDuringMirror(t *testing.T, what string, produce func(context.Context, *testkafka.Pair, string), check func(context.Context, *env, string)) {
+	prefix := testkafka.Names(t, what)
 	pair := testkafka.Shared(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	root, err := testkafka.RepoRoot()
 	if err != nil {
@@ -193,33 +241,52 @@ log: {level: warn}
 	if err := pair.Source.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	produceSource(ctx, t, pair.Source, topic, 6000)
+	produce(ctx, pair, topic)
+	total := func(c map[int32][2]int64) int64 { return c[0][1] + c[1][1] }
+	srcTotal := total(count(ctx, t, pair.Source, topic))
 	e.addr = listen
 	cfg := e.mirrorConfig(topic)
 	cfg.MaxBytes = 8 << 10 // many small requests, so the kill lands in the middle
+	waitFor := func(n int64) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for total(count(ctx, t, pair.Dest, topic)) <= n {
+			if time.Now().After(deadline) {
+				t.Fatal("no progress before the kill")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
+	// offsetgate killed under a running mirror.
 	og := start()
 	mdone := make(chan error, 1)
 	go func() { _, err := mirror.Once(ctx, cfg); mdone <- err }()
-	// Kill once some data is on the destination, and well before the end.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		c := count(ctx, t, pair.Dest, topic)
-		if c[0][1]+c[1][1] > 300 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no progress before the kill")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(srcTotal / 10)
 	_ = og.Process.Signal(syscall.SIGKILL)
 	_ = og.Wait()
 	if err := <-mdone; err == nil {
 		t.Log("the mirror run finished before the kill took effect")
 	}
 	mid := count(ctx, t, pair.Dest, topic)
+	if total(mid) >= srcTotal {
+		t.Fatalf("everything was mirrored before the kill (%v): the test proves nothing", mid)
+	}
+	t.Logf("offsetgate killed with %v on the destination", mid)
 	start()
+
+	// The mirroring process killed in the middle of its run.
+	args := []string{"mirror", "--once", "--source", strings.Join(pair.Source.Addrs(), ","), "--proxy", listen, "--topic", topic,
+		"--max-bytes", "8192", "--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.client.CertFile, "--tls-key", e.client.KeyFile, "--progress", "lines"}
+	mp := exec.Command(bin, args...)
+	mp.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := mp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(total(mid) + srcTotal/10)
+	_ = mp.Process.Signal(syscall.SIGKILL)
+	_ = mp.Wait()
+	t.Logf("the mirror killed with %v on the destination", count(ctx, t, pair.Dest, topic))
+
 	var runErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if _, runErr = mirror.Once(ctx, cfg); runErr == nil {
@@ -229,10 +296,6 @@ log: {level: warn}
 	if runErr != nil {
 		t.Fatal(runErr)
 	}
-	if mid[0][1]+mid[1][1] >= 6000 {
-		t.Fatalf("everything was mirrored before the kill (%v): the test proves nothing", mid)
-	}
-	t.Logf("killed with %v on the destination", mid)
-	sameData(ctx, t, e, topic)
-	_ = kgo.NewOffset
+	e.addr = listen
+	check(ctx, e, topic)
 }
