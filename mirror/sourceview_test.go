@@ -26,6 +26,13 @@ import (
 // from the ledger alone (and follow it when the writer instance adds to it).
 func (e *env) plain(t testing.TB) string {
 	t.Helper()
+	addr, _ := e.plainServer(t)
+	return addr
+}
+
+// plainServer is plain, with the server (for its metrics).
+func (e *env) plainServer(t testing.TB) (string, *proxy.Server) {
+	t.Helper()
 	base := freeBase(t)
 	cfg := proxy.Config{Listen: "127.0.0.1:" + strconv.Itoa(base), Bootstrap: e.pair.Dest.Addrs(), InstanceID: "consumers"}
 	srv, err := proxy.New(cfg, zaptest.NewLogger(t, zaptestLevel(t)))
@@ -42,7 +49,7 @@ func (e *env) plain(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); <-done })
-	return cfg.Listen
+	return cfg.Listen, srv
 }
 
 // srec is a record as a consumer sees it, epoch included.
@@ -572,7 +579,7 @@ func TestSourceViewLeaderMoveOnD(t *testing.T) {
 	if _, err := mirror.Once(ctx, e.mirrorConfig(topic)); err != nil {
 		t.Fatal(err)
 	}
-	px := e.plain(t)
+	px, pxs := e.plainServer(t)
 	pcl, _ := kgo.NewClient(kgo.SeedBrokers(px))
 	defer pcl.Close()
 	epochOf := func() int32 {
@@ -593,7 +600,8 @@ func TestSourceViewLeaderMoveOnD(t *testing.T) {
 		r, err := realclients.JavaConsumeSlow(ctx, px, topic, total, 120000, "", 10, 150)
 		res <- result{r, err}
 	}()
-	time.Sleep(4 * time.Second)
+	// The leader moves once the Java consumer is reading (its JVM takes seconds to start).
+	waitUntil(t, 60*time.Second, func() bool { return fetches(t, pxs) > 0 })
 	leader, _, err := e.pair.Dest.Leader(ctx, topic, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -626,6 +634,27 @@ func TestSourceViewLeaderMoveOnD(t *testing.T) {
 			t.Fatalf("Java record %d: %+v, want %+v", i, rec, want[i])
 		}
 	}
+}
+
+// fetches is how many Fetch requests a server has taken.
+func fetches(t testing.TB, srv *proxy.Server) float64 {
+	mfs, err := srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "offsetgate_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "api" && l.GetValue() == "Fetch" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func must[T any](v T, ok bool) T {
