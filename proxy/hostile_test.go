@@ -339,9 +339,19 @@ func (h *hostile) addToTxn(ctx context.Context, inst instance, topic string, p i
 	h.t.Helper()
 	txnID := "hostile-" + testNames(h.t)
 	cl := h.client(h.other)
-	fc := kmsg.NewPtrFindCoordinatorRequest()
-	fc.CoordinatorType, fc.CoordinatorKey = 1, txnID
-	fresp, err := fc.RequestWith(ctx, cl)
+	// On a fresh destination the first transactional FindCoordinator creates
+	// __transaction_state and is answered COORDINATOR_NOT_AVAILABLE until it is ready.
+	var fresp *kmsg.FindCoordinatorResponse
+	var err error
+	for i := 0; i < 100; i++ {
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.CoordinatorType, fc.CoordinatorKey = 1, txnID
+		fresp, err = fc.RequestWith(ctx, cl)
+		if err == nil && fresp.ErrorCode != kerr.CoordinatorNotAvailable.Code && fresp.ErrorCode != kerr.CoordinatorLoadInProgress.Code {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil || fresp.ErrorCode != 0 {
 		h.t.Fatalf("FindCoordinator: %v %+v", err, fresp)
 	}
