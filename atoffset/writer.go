@@ -146,7 +146,8 @@ func (w *Writer) part(t catalog.Topic, partition int32) *part {
 	k := key{t.ID, partition}
 	p := w.parts[k]
 	if p == nil {
-		p = &part{topic: t.Name, tid: t.ID, id: catalog.IDString(t.ID), st: State{Next: -1, Epoch: -1}, leader: -1}
+		p = &part{topic: strings.Clone(t.Name), // kept for good; the caller's may be borrowed
+			tid: t.ID, id: catalog.IDString(t.ID), st: State{Next: -1, Epoch: -1}, leader: -1}
 		if t.Mark != nil {
 			p.compacted = strings.Contains(t.Mark.Source["cleanup.policy"], "compact")
 		}

@@ -281,7 +281,8 @@ func (c *Catalog) ByName(name string) (Topic, bool) {
 	if !ok {
 		return Topic{Name: name}, false
 	}
-	return Topic{Name: name, ID: id, Mark: live(c.marks[id])}, true
+	// The catalog's own copy of the name: the caller's may point into a request's buffer.
+	return Topic{Name: c.byID[id], ID: id, Mark: live(c.marks[id])}, true
 }
 
 // ByID looks a topic up by id; ok is false when its name is not known yet.

@@ -76,9 +76,31 @@ func (s *Session) judge(hd *handler, r *request) error {
 
 func (r *request) decode(req kmsg.Request, unsafe bool) error {
 	if u, ok := req.(unsafeReader); ok && unsafe {
-		return u.UnsafeReadFrom(r.body)
+		if err := u.UnsafeReadFrom(r.body); err != nil {
+			return err
+		}
+		ownStrings(req)
+		return nil
 	}
 	return req.ReadFrom(r.body)
+}
+
+// ownStrings copies the strings of an unsafely decoded request out of the frame: only its
+// byte slices (record sets) may point into a buffer that is reused once the request is done,
+// while names end up kept for good (the writer's partitions, metric labels, the catalog).
+// A name that stayed in the frame would later read as another request's bytes: a write
+// planned for one topic sent to another of the same name length.
+func ownStrings(req kmsg.Request) {
+	switch q := req.(type) {
+	case *kmsg.ProduceRequest:
+		if q.TransactionID != nil {
+			id := strings.Clone(*q.TransactionID)
+			q.TransactionID = &id
+		}
+		for i := range q.Topics {
+			q.Topics[i].Topic = strings.Clone(q.Topics[i].Topic)
+		}
+	}
 }
 
 // satisfied reports whether everything a decision needs is at hand now.
