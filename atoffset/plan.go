@@ -94,10 +94,16 @@ type Options struct {
 	// Find looks up a mirrored batch older than the recent entries (a compacted source sent
 	// again from its log start); nil: only the recent entries are known.
 	Find func(src int64) (ledger.Entry, bool)
-	// Between lists the mirrored batches (not fillers, not gone) that start in [from, to):
+	// Between lists the mirrored batches and markers (not fillers, not gone) that start in
+	// [from, to):
 	// on a compacted topic sent again, the ones between two batches the source still has are
 	// gone (its cleaner removed every record of them). nil: the recent entries only.
 	Between func(from, to int64) []ledger.Entry
+	// HasFrom: From is the source offset the request continues from (the magic header's):
+	// the client read the source from there, and the source has no batch between it and the
+	// request's first batch.
+	HasFrom bool
+	From    int64
 }
 
 // Plan decides, without any I/O, what a produce-at-offset request for one partition becomes:
@@ -140,13 +146,36 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 	out := Plan{Base: hs[0].BaseOffset}
 	next, dnext, seq, epoch := s.Next, s.DNext, s.Seq, s.Epoch
 	cursor := s.Cursor
+	if o.HasFrom {
+		if o.From > hs[0].BaseOffset {
+			return refuse(ErrInvalidRecord, "the request continues from offset %d, past its first batch at %d", o.From, hs[0].BaseOffset)
+		}
+		cursor = o.From
+	}
 	segments := s.Segments
 	producer := func(seq int32) batch.Producer { return batch.Producer{ID: s.PID, Epoch: s.PEpoch, Sequence: seq} }
 	pendingIdx := 0
 	for i, h := range hs {
+		// Fillers for offsets a compacted source has no record at carry no timestamp (a time
+		// lookup on D passes over them, as on the source); others the next batch's.
+		fillTS := h.BaseTimestamp
+		if o.Compacted {
+			fillTS = batch.NoTimestamp
+		}
 		if h.LeaderEpoch < epoch {
 			return refuse(ErrFencedEpoch, "batch at %d has leader epoch %d, below the %d already mirrored", h.BaseOffset, h.LeaderEpoch, epoch)
 		}
+		if end := min(h.BaseOffset, next); o.Compacted && next >= 0 && cursor < end {
+			// Sent in order from the cursor: what was mirrored between it and this batch, the
+			// source no longer has (its cleaner removed every record of it).
+			for _, g := range s.between(o, cursor, end) {
+				if s.pending(g.Src) {
+					continue // unconfirmed: retried first, never taken for gone
+				}
+				out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindRewrite, Src: g.Src, Last: g.Last, D: g.D, Count: g.Count, Gone: true})
+			}
+		}
+		cursor = h.LastOffset() + 1
 		if next >= 0 && h.BaseOffset < next {
 			e := s.find(h.BaseOffset)
 			if e == nil && o.Find != nil {
@@ -154,14 +183,6 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 					e = &old
 				}
 			}
-			if o.Compacted && cursor < h.BaseOffset {
-				// Sent again in order: what was mirrored between the last batch sent and this
-				// one, the source no longer has.
-				for _, g := range s.between(o, cursor, h.BaseOffset) {
-					out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindRewrite, Src: g.Src, Last: g.Last, D: g.D, Count: g.Count, Gone: true})
-				}
-			}
-			cursor = h.LastOffset() + 1
 			same := e != nil && (e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl) && e.Last == h.LastOffset() && e.Epoch == h.LeaderEpoch
 			if same && (e.CRC != h.CRC || e.Len != h.Length) {
 				// The same batch with other content: only a compacted source's cleaner makes
@@ -203,7 +224,7 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 			out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindSegment, Src: seg.Src, Delta: seg.Delta})
 			n := int32(h.BaseOffset - dnext)
 			fe := ledger.Entry{Kind: ledger.KindFiller, Src: dnext, Last: h.BaseOffset - 1, D: dnext, Count: n, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
-			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), h.BaseTimestamp, producer(seq), o.Compacted)})
+			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), fillTS, producer(seq), o.Compacted)})
 			out.Entries = append(out.Entries, fe)
 			dnext += int64(n)
 			seq += n
@@ -215,7 +236,7 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 		case h.BaseOffset > next:
 			n := int32(h.BaseOffset - next)
 			fe := ledger.Entry{Kind: ledger.KindFiller, Src: next, Last: h.BaseOffset - 1, D: dnext, Count: n, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
-			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), h.BaseTimestamp, producer(seq), o.Compacted)})
+			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), fillTS, producer(seq), o.Compacted)})
 			out.Entries = append(out.Entries, fe)
 			dnext += int64(n)
 			seq += n
@@ -248,7 +269,6 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 		dnext += int64(count)
 		seq += count
 		next = h.LastOffset() + 1
-		cursor = next
 		epoch = max(epoch, h.LeaderEpoch)
 	}
 	out.next, out.dnext, out.seq, out.epoch, out.segments, out.cursor = next, dnext, seq, epoch, segments, cursor
@@ -263,7 +283,7 @@ func (s *State) between(o Options, from, to int64) []ledger.Entry {
 	}
 	var out []ledger.Entry
 	for _, e := range s.Recent {
-		if e.Kind == ledger.KindBatch && e.Src >= from && e.Src < to {
+		if (e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl) && e.Src >= from && e.Src < to {
 			out = append(out, e)
 		}
 	}
@@ -317,6 +337,16 @@ func (s *State) remember(e ledger.Entry) {
 	if len(s.Recent) > recentEntries {
 		s.Recent = append(s.Recent[:0], s.Recent[len(s.Recent)-recentEntries/2:]...)
 	}
+}
+
+// pending reports whether the entry at source offset src is unconfirmed.
+func (s *State) pending(src int64) bool {
+	for _, e := range s.Pending {
+		if e.Src == src {
+			return true
+		}
+	}
+	return false
 }
 
 // confirm drops a pending entry once D acknowledged its data at the planned offset.

@@ -308,6 +308,30 @@ func TestPlanCompaction(t *testing.T) {
 	if p := plan(three, Options{MaxFill: 100}, src(0, 5, 1, 0), src(10, 5, 1, 0)); len(p.Entries) != 0 {
 		t.Fatalf("a batch left out of a resend on a topic that is not compacted was recorded gone: %+v", p.Entries)
 	}
+	// The request's from offset: the source has nothing between it and the first batch, so
+	// what was mirrored there is gone, even before the first batch sent again, and even when
+	// that batch is new.
+	from := func(o Options, f int64) Options { o.HasFrom, o.From = true, f; return o }
+	if p := plan(three, from(compact, 0), src(10, 5, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(0-4@0,seq0) rewrite(5-9@5,seq0)" || !p.Entries[0].Gone || !p.Entries[1].Gone {
+		t.Fatalf("batches before the first one sent from 0: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, from(compact, 3), src(16, 5, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(5-9@5,seq0) rewrite(10-14@10,seq0) filler(15-15@15,seq15) batch(16-20@16,seq16)" {
+		t.Fatalf("batches gone before a new one: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, compact, src(10, 5, 1, 0)); p.Refusal.Code != 0 || len(p.Entries) != 0 {
+		t.Fatalf("without a from offset, a resend that starts later marks nothing gone: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, from(Options{MaxFill: 100}, 0), src(10, 5, 1, 0)); p.Refusal.Code != 0 || len(p.Entries) != 0 {
+		t.Fatalf("a topic that is not compacted lost batches: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, from(compact, 11), src(10, 5, 1, 0)); p.Refusal.Code == 0 {
+		t.Fatal("a from offset past the first batch was taken")
+	}
+	pend := three
+	pend.Pending = []ledger.Entry{*pend.find(5), *pend.find(10)}
+	if p := plan(pend, from(compact, 0), src(5, 5, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(0-4@0,seq0)" {
+		t.Fatalf("an unconfirmed batch was taken for gone: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
 	for name, c := range map[string]struct {
 		o  Options
 		bs [][]byte

@@ -267,12 +267,16 @@ func (w *Writer) initProducer(ctx context.Context) (int64, int16, error) {
 }
 
 // Write mirrors one partition's record set (one or more source batches in offset order).
-func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte) Result {
+//
+// from is the source offset the request continues from (the magic header's; -1: not given):
+// the client read the source from there, so on a compacted source the batches mirrored
+// between it and the request's first batch are gone.
+func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte, from int64) Result {
 	start := time.Now()
 	p := w.part(t, partition)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	res := w.write(ctx, p, partition, records)
+	res := w.write(ctx, p, partition, records, from)
 	p.st.Resync = res.Code != 0
 	w.m.observe(p.topic, partition, res, len(records), time.Since(start), p.halted != "")
 	return res
@@ -280,7 +284,7 @@ func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, re
 
 // write loads the partition, plans the request (Plan: no I/O), stores the plan in the ledger,
 // then writes the data and checks every offset D answers.
-func (w *Writer) write(ctx context.Context, p *part, partition int32, records []byte) Result {
+func (w *Writer) write(ctx context.Context, p *part, partition int32, records []byte, from int64) Result {
 	if err := w.load(ctx, p, partition); err != nil {
 		var oe *ownedError
 		if errors.As(err, &oe) {
@@ -295,7 +299,7 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 	if err != nil {
 		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}
 	}
-	o := Options{MaxFill: w.cfg.MaxFill, Compacted: p.compacted}
+	o := Options{MaxFill: w.cfg.MaxFill, Compacted: p.compacted, HasFrom: from >= 0, From: from}
 	if w.cfg.Find != nil {
 		o.Find = func(src int64) (ledger.Entry, bool) { return w.cfg.Find(p.tid, partition, src) }
 	}

@@ -148,8 +148,13 @@ const FillerHeader = "offsetgate.filler"
 // again.
 var FillerKey = []byte("offsetgate.filler")
 
+// NoTimestamp is Kafka's "no timestamp" (-1): a destination takes it on a create-time topic
+// whatever its timestamp bounds, and a time lookup never stops at such a record.
+const NoTimestamp = -1
+
 // Filler builds an uncompressed batch of n filler records: no value, the offsetgate.filler
-// header, all with timestamp ts so time lookups stay monotonic; keyed (tombstones of FillerKey)
+// header, all with timestamp ts (a marker's, so a time lookup stops at its offsets as at the
+// marker's; NoTimestamp where the source has nothing, so a lookup passes over them); keyed (tombstones of FillerKey)
 // for compacted topics, keyless otherwise. Offsets are 0..n-1 (the destination assigns the
 // real ones).
 func Filler(n int, ts int64, p Producer, keyed bool) []byte {
@@ -213,7 +218,10 @@ func Dense(src []byte, p Producer, keyed bool) ([]byte, error) {
 		}
 	}
 	var recs []byte
-	next, lastTS := int32(0), int64(0)
+	next := int32(0)
+	// Fillers carry no timestamp: a time lookup on D never stops at an offset the source
+	// holds no record at.
+	noTS := NoTimestamp - h.BaseTimestamp
 	for i := int32(0); i < h.RecordCount; i++ {
 		var r kmsg.Record
 		n, err := recordLen(raw)
@@ -228,13 +236,13 @@ func Dense(src []byte, p Producer, keyed bool) ([]byte, error) {
 			return nil, fmt.Errorf("batch at %d: record offset delta %d out of order", h.BaseOffset, r.OffsetDelta)
 		}
 		for ; next < r.OffsetDelta; next++ {
-			recs = appendFiller(recs, next, lastTS, keyed)
+			recs = appendFiller(recs, next, noTS, keyed)
 		}
 		recs = append(recs, raw0(r)...)
-		next, lastTS = r.OffsetDelta+1, r.TimestampDelta64
+		next = r.OffsetDelta + 1
 	}
 	for ; next <= h.LastOffsetDelta; next++ {
-		recs = appendFiller(recs, next, lastTS, keyed)
+		recs = appendFiller(recs, next, noTS, keyed)
 	}
 	out := kmsg.RecordBatch{
 		FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: h.LastOffsetDelta,

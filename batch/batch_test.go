@@ -187,6 +187,9 @@ func TestDense(t *testing.T) {
 					t.Fatalf("survivor %d came out as %+v", i, r)
 				case !survivors[int32(i)] && (r.Value != nil || len(r.Headers) != 1 || r.Headers[0].Key != FillerHeader || (r.Key != nil) != c.keyed):
 					t.Fatalf("filler %d came out as %+v", i, r)
+				case !survivors[int32(i)] && dh.BaseTimestamp+r.TimestampDelta64 != NoTimestamp:
+					// A time lookup on D must pass over offsets the source has no record at.
+					t.Fatalf("filler %d has timestamp %d", i, dh.BaseTimestamp+r.TimestampDelta64)
 				}
 			}
 		})

@@ -46,6 +46,51 @@ func cleanedBatches(ctx context.Context, t testing.TB, cl *kgo.Client, topic str
 	}
 }
 
+// sourceBatches lists the source partition's batches (base, last offset, CRC).
+func sourceBatches(ctx context.Context, t testing.TB, cl *kgo.Client, topic string) string {
+	t.Helper()
+	rd := rawread.New(cl, topic, 0)
+	var b strings.Builder
+	var off int64
+	for {
+		bs, hwm, err := rd.Fetch(ctx, off, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range bs {
+			h, _ := batch.ReadHeader(raw)
+			fmt.Fprintf(&b, "%d-%d:%x ", h.BaseOffset, h.LastOffset(), h.CRC)
+			off = h.LastOffset() + 1
+		}
+		if len(bs) == 0 || off >= hwm {
+			return b.String()
+		}
+	}
+}
+
+// waitStable returns once the source's cleaner has left the topics alone for longer than a
+// cleaning pass and a delete horizon take: a prover run against a source that compacts while
+// it reads would find differences the next mirror run removes.
+func waitStable(ctx context.Context, t testing.TB, cl *kgo.Client, topics []string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	prev := ""
+	for {
+		var cur strings.Builder
+		for _, topic := range topics {
+			cur.WriteString(sourceBatches(ctx, t, cl, topic))
+		}
+		if cur.String() == prev {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the source kept compacting for two minutes")
+		}
+		prev = cur.String()
+		time.Sleep(6 * time.Second)
+	}
+}
+
 // writeKeys writes rounds of values for a few keys, deleting some (tombstones), in small
 // batches from an idempotent producer.
 func writeKeys(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string, codec kgo.CompressionCodec, round, n int) {
@@ -123,6 +168,7 @@ func TestMirrorCompacted(t *testing.T) {
 	}
 	check := func(stage string) {
 		t.Helper()
+		waitStable(ctx, t, src, topics)
 		if _, err := mirror.Once(ctx, e.mirrorConfig(topics...)); err != nil {
 			t.Fatalf("%s: mirror: %v", stage, err)
 		}

@@ -63,6 +63,7 @@ type part struct {
 	num    int32
 	leader int32 // source broker leading it; -1 while unknown
 	next   int64 // next source offset to fetch
+	asked  int64 // the offset the partition's last fetch asked for
 	target int64 // a --once run stops here (the source's end at start); -1: following
 	max    int32 // partition bytes of the next fetch (more for one batch larger than MaxBytes)
 	// compacted: the source's cleaner changes batches after they are mirrored, so the run
@@ -84,6 +85,9 @@ type part struct {
 type chunk struct {
 	data []byte
 	hs   []batch.Header
+	// from is the offset the fetch asked for: the source has no batch between it and the
+	// chunk's first (offsetgate marks what it mirrored there gone, on a compacted topic).
+	from int64
 }
 
 func newEngine(cfg Config, src, px *kgo.Client, conns *connPool, tr *tracker) *engine {
@@ -625,6 +629,7 @@ func (f *fetcher) request() (*kmsg.FetchRequest, []*part, time.Duration) {
 		}
 		fp := kmsg.NewFetchRequestTopicPartition()
 		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes = p.num, p.next, p.max
+		p.asked = p.next
 		fp.CurrentLeaderEpoch, fp.LogStartOffset = -1, -1
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, fp)
 	}
@@ -660,8 +665,8 @@ func (f *fetcher) handle(ctx context.Context, asked []*part, resp *kmsg.FetchRes
 	var outOfRange []*part
 	e.mu.Lock()
 	for _, p := range asked {
-		if p.finished || p.leader != f.broker {
-			continue
+		if p.finished || p.leader != f.broker || p.next != p.asked {
+			continue // p.next moved (a new start, a rewind) while the fetch was out: stale
 		}
 		rp := answers[key{p.id, "", p.num}]
 		if rp == nil {
@@ -722,7 +727,7 @@ func (e *engine) takeLocked(p *part, records []byte) {
 		return
 	}
 	p.max = e.cfg.MaxBytes
-	var c chunk
+	c := chunk{from: p.next}
 	for i, b := range sets {
 		h := hs[i]
 		if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
@@ -734,6 +739,7 @@ func (e *engine) takeLocked(p *part, records []byte) {
 	if len(c.hs) == 0 {
 		return
 	}
+	c.from = min(c.from, c.hs[0].BaseOffset) // a batch that holds the fetch offset starts before it
 	p.chunk = &c
 	p.next = c.hs[len(c.hs)-1].LastOffset() + 1
 	e.buffered += int64(len(c.data))
@@ -767,7 +773,7 @@ func (e *engine) writer(ctx context.Context) {
 		if p == nil {
 			return
 		}
-		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data)
+		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from)
 		e.mu.Lock()
 		p.writing = false
 		if e.buffered >= e.budget && e.buffered-int64(len(c.data)) < e.budget {

@@ -516,8 +516,9 @@ func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, of
 }
 
 // produceAtOffset sends one partition's batches with the magic header to the partition's
-// leader through offsetgate, retrying retriable answers with the same batches.
-func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte) error {
+// leader through offsetgate, retrying retriable answers with the same batches. from is the
+// source offset the batches were fetched from (the header's from offset; -1: none).
+func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64) error {
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		if attempt > 0 {
@@ -552,7 +553,11 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 		req.Topics = append(req.Topics, rt)
 		resp := kmsg.NewPtrProduceResponse()
 		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		err = c.RoundTrip(rctx, req, resp, true)
+		if from >= 0 {
+			err = c.RoundTripFrom(rctx, req, resp, from)
+		} else {
+			err = c.RoundTrip(rctx, req, resp, true)
+		}
 		cancel()
 		if err != nil {
 			conns.discard(c)

@@ -163,15 +163,19 @@ func (p *Partition) rewriteLocked(le ledger.Entry) {
 	}
 }
 
-// Batches lists the mirrored batches (not fillers, not gone) that start at source offsets in
-// [from, to), as ledger entries.
+// Batches lists the mirrored batches and markers (not fillers, not gone) that start at source
+// offsets in [from, to), as ledger entries.
 func (p *Partition) Batches(from, to int64) []ledger.Entry {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	var out []ledger.Entry
 	for i := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].Src >= from }); i < len(p.entries) && p.entries[i].Src < to; i++ {
-		if e := p.entries[i]; !e.Filler && !e.Gone && !e.Control {
-			out = append(out, ledger.Entry{Kind: ledger.KindBatch, Src: e.Src, Last: e.Last, D: e.D, Count: e.Count})
+		if e := p.entries[i]; !e.Filler && !e.Gone {
+			kind := ledger.KindBatch
+			if e.Control {
+				kind = ledger.KindControl
+			}
+			out = append(out, ledger.Entry{Kind: kind, Src: e.Src, Last: e.Last, D: e.D, Count: e.Count})
 		}
 	}
 	return out
