@@ -124,7 +124,8 @@ func TestMirrorTransactions(t *testing.T) {
 		opts := []kgo.Opt{kgo.SeedBrokers(s.Addrs()...), kgo.ProducerBatchCompression(codec), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 			kgo.ProducerLinger(0)}
 		if txnID != "" {
-			opts = append(opts, kgo.TransactionalID(txnID))
+			// Open for minutes under a loaded machine: never aborted by its timeout mid-test.
+			opts = append(opts, kgo.TransactionalID(txnID), kgo.TransactionTimeout(5*time.Minute))
 		}
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {

@@ -48,8 +48,9 @@ func (v fixedView) Get(catalog.TopicID, int32) *view.Partition { return v.pv }
 func (v fixedView) Load(context.Context, catalog.Topic, int32) (*view.Partition, error) {
 	return v.pv, nil
 }
-func (fixedView) LoadTopic(context.Context, catalog.Topic) error { return nil }
-func (fixedView) TopicLoaded(catalog.TopicID) bool               { return true }
+func (fixedView) LoadTopic(context.Context, catalog.Topic) error    { return nil }
+func (fixedView) LoadTopics(context.Context, []catalog.Topic) error { return nil }
+func (fixedView) TopicLoaded(catalog.TopicID) bool                  { return true }
 
 // fetchFrames builds a Fetch v13 request and its response: parts partitions, each with
 // batches of batchBytes up to partBytes, as D holds a mirror written through offsetgate.

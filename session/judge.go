@@ -226,12 +226,8 @@ func load(ctx context.Context, v View, parts []mirrorPart, topics []catalog.Topi
 			failed = err
 		}
 	}
-	for _, t := range topics {
-		if !v.TopicLoaded(t.ID) {
-			if err := v.LoadTopic(ctx, t); err != nil {
-				failed = err
-			}
-		}
+	if err := v.LoadTopics(ctx, topics); err != nil {
+		failed = err
 	}
 	if failed != nil && ctx.Err() != nil {
 		return ctx.Err() // out of time: the request is refused as such

@@ -113,6 +113,7 @@ type View interface {
 	Get(id catalog.TopicID, partition int32) *view.Partition
 	Load(ctx context.Context, t catalog.Topic, partition int32) (*view.Partition, error)
 	LoadTopic(ctx context.Context, t catalog.Topic) error
+	LoadTopics(ctx context.Context, ts []catalog.Topic) error
 	TopicLoaded(id catalog.TopicID) bool
 }
 

@@ -470,18 +470,54 @@ func (v *View) Prefetch(ts []catalog.Topic) {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		for _, t := range ts {
-			if v.ctx.Err() != nil {
-				return
-			}
-			if v.TopicLoaded(t.ID) {
-				continue
-			}
-			if err := v.LoadTopic(v.ctx, t); err != nil && v.ctx.Err() == nil {
-				v.log.Warn("source view: background load failed", zap.String("topic", t.Name), zap.Error(err))
-			}
+		start := time.Now()
+		err := v.LoadTopics(v.ctx, ts)
+		switch {
+		case v.ctx.Err() != nil:
+		case err != nil:
+			v.log.Warn("source view: background load failed", zap.Error(err))
+		default:
+			v.log.Info("source views loaded", zap.Int("topics", len(ts)), zap.Duration("took", time.Since(start)))
 		}
 	}()
+}
+
+// loadParallel is how many topics LoadTopics loads at once: a destination with hundreds of
+// mirror topics is loaded in seconds, not one ledger read after another.
+const loadParallel = 16
+
+// LoadTopics loads every partition of the topics not loaded yet, several topics at once. It
+// returns one of the errors, after every topic was tried.
+func (v *View) LoadTopics(ctx context.Context, ts []catalog.Topic) error {
+	var (
+		mu     sync.Mutex
+		failed error
+		wg     sync.WaitGroup
+	)
+	sem := make(chan struct{}, loadParallel)
+	for _, t := range ts {
+		if v.TopicLoaded(t.ID) {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := v.LoadTopic(ctx, t); err != nil {
+				mu.Lock()
+				failed = fmt.Errorf("%s: %w", t.Name, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return failed
 }
 
 // Wait waits for the background loads (after their context ended).
@@ -513,6 +549,12 @@ func (v *View) Get(id catalog.TopicID, partition int32) *Partition {
 // Load reads a partition's ledger the first time, and its tail when the index was marked
 // stale. It blocks: callers run it off the event loops.
 func (v *View) Load(ctx context.Context, t catalog.Topic, partition int32) (*Partition, error) {
+	return v.load(ctx, t, partition, false)
+}
+
+// load is Load; ensured says the caller already read the partition count and made sure the
+// ledger topic exists (LoadTopic, once for all partitions).
+func (v *View) load(ctx context.Context, t catalog.Topic, partition int32, ensured bool) (*Partition, error) {
 	p := v.part(t.ID, partition)
 	p.loadMu.Lock()
 	defer p.loadMu.Unlock()
@@ -522,7 +564,7 @@ func (v *View) Load(ctx context.Context, t catalog.Topic, partition int32) (*Par
 	p.stale.Store(false)
 	id := catalog.IDString(t.ID)
 	start := time.Now()
-	if !p.loaded.Load() {
+	if !p.loaded.Load() && !ensured {
 		count, err := v.partitions(ctx, t.Name)
 		if err != nil {
 			return nil, err
@@ -531,10 +573,10 @@ func (v *View) Load(ctx context.Context, t catalog.Topic, partition int32) (*Par
 			return nil, err
 		}
 	}
-	ensured := time.Since(start)
+	ensureTook := time.Since(start)
 	es, next, err := v.ledger.ReadFrom(ctx, id, partition, p.ledgerNext)
 	v.log.Debug("source view read", zap.String("topic", t.Name), zap.Int32("partition", partition),
-		zap.Duration("ensure", ensured), zap.Duration("total", time.Since(start)), zap.Int("entries", len(es)))
+		zap.Duration("ensure", ensureTook), zap.Duration("total", time.Since(start)), zap.Int("entries", len(es)))
 	if err != nil {
 		p.stale.Store(true)
 		return nil, fmt.Errorf("source view of %s[%d]: %w", t.Name, partition, err)
@@ -556,8 +598,11 @@ func (v *View) LoadTopic(ctx context.Context, t catalog.Topic) error {
 	if err != nil {
 		return err
 	}
+	if err := v.ledger.Ensure(ctx, catalog.IDString(t.ID), count); err != nil {
+		return err
+	}
 	for i := int32(0); i < count; i++ {
-		if _, err := v.Load(ctx, t, i); err != nil {
+		if _, err := v.load(ctx, t, i, true); err != nil {
 			return err
 		}
 	}
