@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -93,15 +94,26 @@ func waitStable(ctx context.Context, t testing.TB, cl *kgo.Client, topics []stri
 
 // writeKeys writes rounds of values for a few keys, deleting some (tombstones), in small
 // batches from an idempotent producer.
-func writeKeys(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string, codec kgo.CompressionCodec, round, n int) {
+// With txnID set, the records go in transactions of six, every third one aborted (the
+// cleaner removes aborted records, then their markers once the delete horizon passed).
+func writeKeys(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string, codec kgo.CompressionCodec, txnID string, round, n int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(codec),
-		kgo.ProducerLinger(0))
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(codec),
+		kgo.ProducerLinger(0)}
+	if txnID != "" {
+		opts = append(opts, kgo.TransactionalID(txnID), kgo.TransactionTimeout(5*time.Minute))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	for i := 0; i < n; i++ {
+		if txnID != "" && i%6 == 0 {
+			if err := cl.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		key := fmt.Sprintf("k%d", i%12)
 		r := &kgo.Record{Key: []byte(key), Value: []byte(fmt.Sprintf("%s.round%d.%d", key, round, i))}
 		if i%12 == 5 && round > 0 {
@@ -110,7 +122,63 @@ func writeKeys(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic st
 		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
+		if txnID != "" && (i%6 == 5 || i == n-1) {
+			commit := kgo.TryCommit
+			if (i/6)%3 == 2 {
+				commit = kgo.TryAbort
+			}
+			if err := cl.EndTransaction(ctx, commit); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
+}
+
+// firstFrom is the offset of the first record a consumer starting at offset reads.
+func firstFrom(ctx context.Context, t testing.TB, opts []kgo.Opt, topic string, offset int64, committed bool) int64 {
+	t.Helper()
+	level := kgo.ReadUncommitted()
+	if committed {
+		level = kgo.ReadCommitted()
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.FetchIsolationLevel(level), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(offset)}}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := 0; i < 10; i++ {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollRecords(pctx, 1)
+		cancel()
+		if rs := fs.Records(); len(rs) > 0 {
+			return rs[0].Offset
+		}
+	}
+	return -1
+}
+
+// recordTimes lists the timestamps (milliseconds) of the topic's records, read from the source.
+func recordTimes(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string) []int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []int64
+	for idle := 0; idle < 4; {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r.Timestamp.UnixMilli()); n++ })
+		if n == 0 {
+			idle++
+		}
+	}
+	return out
 }
 
 // Compacted topics mirror exactly while the source keeps compacting: in every codec, keys
@@ -139,10 +207,21 @@ func TestMirrorCompacted(t *testing.T) {
 	for name := range codecs {
 		topics = append(topics, prefix+"-"+name)
 	}
+	// A transactional producer on a compacted topic: aborted records and markers the cleaner
+	// removes in turn.
+	txnTopic := prefix + "-txn"
+	codecs["txn"] = kgo.Lz4Compression()
+	topics = append(topics, txnTopic)
 	for _, topic := range topics {
 		if err := s.CreateTopic(ctx, topic, 1, 2, cfg); err != nil {
 			t.Fatal(err)
 		}
+	}
+	txnOf := func(topic string) string {
+		if topic == txnTopic {
+			return prefix + "-producer"
+		}
+		return ""
 	}
 	src := e.srcClient(t)
 	px := e.proxyClient(t)
@@ -152,7 +231,7 @@ func TestMirrorCompacted(t *testing.T) {
 	// (a segment rolls at the next write after segment.ms).
 	clean := func() {
 		for _, topic := range topics {
-			writeKeys(ctx, t, s, topic, codecs[strings.TrimPrefix(topic, prefix+"-")], round, 120)
+			writeKeys(ctx, t, s, topic, codecs[strings.TrimPrefix(topic, prefix+"-")], txnOf(topic), round, 120)
 		}
 		round++
 		deadline := time.Now().Add(90 * time.Second)
@@ -162,7 +241,7 @@ func TestMirrorCompacted(t *testing.T) {
 					t.Fatalf("the source's cleaner did not clean %s", topic)
 				}
 				time.Sleep(300 * time.Millisecond)
-				writeKeys(ctx, t, s, topic, codecs[strings.TrimPrefix(topic, prefix+"-")], 99, 1) // rolls the segment
+				writeKeys(ctx, t, s, topic, codecs[strings.TrimPrefix(topic, prefix+"-")], txnOf(topic), 99, 1) // rolls the segment
 			}
 		}
 	}
@@ -184,6 +263,47 @@ func TestMirrorCompacted(t *testing.T) {
 			popts := []kgo.Opt{kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client))}
 			want := consumeLevel(ctx, t, sopts, topic, false)
 			sameRecs(t, stage+": franz-go through offsetgate, "+topic, consumeLevel(ctx, t, popts, topic, false), want)
+			sameRecs(t, stage+": franz-go through offsetgate at read_committed, "+topic, consumeLevel(ctx, t, popts, topic, true),
+				consumeLevel(ctx, t, sopts, topic, true))
+			// A consumer whose offset lies in a gap resumes at the next surviving record, as on
+			// the source, at both isolation levels.
+			gaps := 0
+			for i := 0; i < len(want) && gaps < 4; i++ {
+				prev := int64(-1) // offsets before the first record left are a gap too
+				if i > 0 {
+					prev = want[i-1].Offset
+				}
+				if want[i].Offset == prev+1 {
+					continue
+				}
+				gaps++
+				at := prev + 1 + (want[i].Offset-prev-1)/2 // inside the gap
+				for _, committed := range []bool{false, true} {
+					if sf, pf := firstFrom(ctx, t, sopts, topic, at, committed), firstFrom(ctx, t, popts, topic, at, committed); sf != pf {
+						t.Fatalf("%s: %s from offset %d (read_committed %v): the source's first record is at %d, through offsetgate %d", stage, topic, at, committed, sf, pf)
+					}
+				}
+			}
+			if gaps == 0 {
+				t.Fatalf("%s: %s has no gap to resume in", stage, topic)
+			}
+			// Time lookups answer the source's offsets.
+			sadm, padm := kadm.NewClient(src), kadm.NewClient(px)
+			times := recordTimes(ctx, t, s, topic)
+			for i := 0; i < len(times); i += max(1, len(times)/8) {
+				for _, ms := range []int64{times[i], times[i] + 1} {
+					so, err1 := sadm.ListOffsetsAfterMilli(ctx, ms, topic)
+					po, err2 := padm.ListOffsetsAfterMilli(ctx, ms, topic)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("time lookup: %v, %v", err1, err2)
+					}
+					sl, _ := so.Lookup(topic, 0)
+					pl, _ := po.Lookup(topic, 0)
+					if sl.Offset != pl.Offset || sl.Err != nil || pl.Err != nil {
+						t.Fatalf("%s: %s: the first offset at or after %d ms is %d (%v) on the source, %d (%v) through offsetgate", stage, topic, ms, sl.Offset, sl.Err, pl.Offset, pl.Err)
+					}
+				}
+			}
 			// D holds every surviving record at its offset (the mirror started at 0: no shift).
 			onD := map[int64]txnRec{}
 			for _, r := range consumeLevel(ctx, t, []kgo.Opt{kgo.SeedBrokers(e.pair.Dest.Addrs()...)}, topic, false) {
