@@ -19,8 +19,8 @@ import (
 	"offsetgate/verify"
 )
 
-// cleanedBatches counts the source partition's batches the cleaner left with fewer records
-// than offsets (gappy or empty).
+// cleanedBatches counts what the source's cleaner left in the partition: batches with fewer
+// records than offsets (gappy or empty) and offsets with no batch at all.
 func cleanedBatches(ctx context.Context, t testing.TB, cl *kgo.Client, topic string) int {
 	t.Helper()
 	rd := rawread.New(cl, topic, 0)
@@ -36,7 +36,7 @@ func cleanedBatches(ctx context.Context, t testing.TB, cl *kgo.Client, topic str
 		}
 		for _, b := range bs {
 			h, _ := batch.ReadHeader(b)
-			if h.Gappy() {
+			if h.Gappy() || h.BaseOffset > off {
 				n++
 			}
 			off = h.LastOffset() + 1
