@@ -26,6 +26,10 @@ type State struct {
 	// crash, or a failed write): they are retried with their own producer values before
 	// anything new.
 	Pending []ledger.Entry
+	// Cursor is the source offset after the last batch the partition was sent (new or sent
+	// again): on a compacted topic sent again in order, mirrored batches between it and the
+	// next batch sent are gone from the source.
+	Cursor int64
 	// Resync is set after a write failed or was refused: the next request must start exactly
 	// at the mirrored end, so a request sent before the client saw the failure is never taken
 	// for a hole in the source and filled.
@@ -73,16 +77,43 @@ type Plan struct {
 	Base int64
 
 	// The state's new ends, for Apply.
-	next, dnext int64
-	seq, epoch  int32
-	segments    []Segment
+	next, dnext, cursor int64
+	seq, epoch          int32
+	segments            []Segment
+}
+
+// Options are what the planner knows of the mirror topic.
+type Options struct {
+	// MaxFill is the largest hole filled with filler records.
+	MaxFill int64
+	// Compacted: the source topic is compacted. Fillers are tombstones of a reserved key
+	// (the destination refuses keyless records on a compacted topic, and its own cleaner
+	// removes them again), and a batch below the mirrored end may come again with fewer
+	// records: the source's cleaner removed some since it was mirrored.
+	Compacted bool
+	// Find looks up a mirrored batch older than the recent entries (a compacted source sent
+	// again from its log start); nil: only the recent entries are known.
+	Find func(src int64) (ledger.Entry, bool)
+	// Between lists the mirrored batches and markers (not fillers, not gone) that start in
+	// [from, to):
+	// on a compacted topic sent again, the ones between two batches the source still has are
+	// gone (its cleaner removed every record of them). nil: the recent entries only.
+	Between func(from, to int64) []ledger.Entry
+	// HasFrom: From is the source offset the request continues from (the magic header's):
+	// the client read the source from there, and the source has no batch between it and the
+	// request's first batch.
+	HasFrom bool
+	From    int64
 }
 
 // Plan decides, without any I/O, what a produce-at-offset request for one partition becomes:
 // the batch checks, duplicate and retry detection, epoch fencing, holes filled with fillers up
-// to maxFill offsets, larger holes as new shift segments, and the ledger entries and writes
-// that follow. sets and hs are the request's batches and their headers, in order.
-func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
+// to MaxFill offsets, larger holes as new shift segments, the batches a stock destination does
+// not take (markers, gappy and empty batches) held by fillers or dense copies with the source
+// batch kept in the ledger, compaction rewrites, and the ledger entries and writes that follow.
+// sets and hs are the request's batches and their headers, in order.
+func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
+	maxFill := o.MaxFill
 	refuse := func(code int16, format string, a ...any) Plan {
 		return Plan{Refusal: Result{Code: code, Msg: "offsetgate: " + fmt.Sprintf(format, a...)}}
 	}
@@ -99,8 +130,10 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 			commits[i] = c
 		}
 		switch {
-		case h.RecordCount == 0 || int64(h.RecordCount) != int64(h.LastOffsetDelta)+1:
-			return refuse(ErrInvalidRecord, "batch at %d holds %d records for %d offsets (compaction): compacted batches are not mirrored by this version", h.BaseOffset, h.RecordCount, h.LastOffsetDelta+1)
+		case h.RecordCount < 0 || int64(h.RecordCount) > int64(h.LastOffsetDelta)+1:
+			return refuse(ErrInvalidRecord, "batch at %d holds %d records for %d offsets", h.BaseOffset, h.RecordCount, h.LastOffsetDelta+1)
+		case h.Gappy() && h.Attributes&batch.AttrControl != 0:
+			return refuse(ErrInvalidRecord, "control batch at %d holds %d records", h.BaseOffset, h.RecordCount)
 		case !batch.Valid(sets[i]):
 			return refuse(ErrInvalidRecord, "batch at %d fails its CRC", h.BaseOffset)
 		case i > 0 && h.BaseOffset <= hs[i-1].LastOffset():
@@ -112,24 +145,67 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 	}
 	out := Plan{Base: hs[0].BaseOffset}
 	next, dnext, seq, epoch := s.Next, s.DNext, s.Seq, s.Epoch
+	cursor := s.Cursor
+	if o.HasFrom {
+		if o.From > hs[0].BaseOffset {
+			return refuse(ErrInvalidRecord, "the request continues from offset %d, past its first batch at %d", o.From, hs[0].BaseOffset)
+		}
+		cursor = o.From
+	}
 	segments := s.Segments
 	producer := func(seq int32) batch.Producer { return batch.Producer{ID: s.PID, Epoch: s.PEpoch, Sequence: seq} }
 	pendingIdx := 0
 	for i, h := range hs {
+		// Fillers for offsets a compacted source has no record at carry no timestamp (a time
+		// lookup on D passes over them, as on the source); others the next batch's.
+		fillTS := h.BaseTimestamp
+		if o.Compacted {
+			fillTS = batch.NoTimestamp
+		}
 		if h.LeaderEpoch < epoch {
 			return refuse(ErrFencedEpoch, "batch at %d has leader epoch %d, below the %d already mirrored", h.BaseOffset, h.LeaderEpoch, epoch)
 		}
+		if end := min(h.BaseOffset, next); o.Compacted && next >= 0 && cursor < end {
+			// Sent in order from the cursor: what was mirrored between it and this batch, the
+			// source no longer has (its cleaner removed every record of it).
+			for _, g := range s.between(o, cursor, end) {
+				if s.pending(g.Src) {
+					continue // unconfirmed: retried first, never taken for gone
+				}
+				out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindRewrite, Src: g.Src, Last: g.Last, D: g.D, Count: g.Count, Gone: true})
+			}
+		}
+		cursor = h.LastOffset() + 1
 		if next >= 0 && h.BaseOffset < next {
 			e := s.find(h.BaseOffset)
-			if e == nil || (e.Kind != ledger.KindBatch && e.Kind != ledger.KindControl) || e.Last != h.LastOffset() || e.CRC != h.CRC || e.Len != h.Length || e.Epoch != h.LeaderEpoch {
+			if e == nil && o.Find != nil {
+				if old, ok := o.Find(h.BaseOffset); ok {
+					e = &old
+				}
+			}
+			same := e != nil && (e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl) && e.Last == h.LastOffset() && e.Epoch == h.LeaderEpoch
+			if same && (e.CRC != h.CRC || e.Len != h.Length) {
+				// The same batch with other content: only a compacted source's cleaner makes
+				// that (fewer records, the producer fields kept), and not while it is pending.
+				if !o.Compacted || e.Kind != ledger.KindBatch || h.RecordCount > e.Records && e.Records > 0 ||
+					h.ProducerID != e.SrcPID || h.ProducerEpoch != e.SrcPEpoch || h.BaseSequence != e.SrcSeq ||
+					pendingIdx < len(s.Pending) && s.Pending[pendingIdx].Src == e.Src {
+					same = false
+				} else {
+					out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindRewrite, Src: h.BaseOffset, Last: h.LastOffset(), D: e.D, Count: e.Count,
+						Epoch: h.LeaderEpoch, CRC: h.CRC, Len: h.Length, Attrs: h.Attributes, MaxTS: h.MaxTimestamp, Records: h.RecordCount,
+						SrcPID: h.ProducerID, SrcPEpoch: h.ProducerEpoch, SrcSeq: h.BaseSequence, Raw: append([]byte(nil), sets[i]...)})
+					continue
+				}
+			}
+			if !same {
 				return refuse(ErrOutOfOrder, "batch at %d overlaps what is mirrored with different content; the mirror expects offset %d next", h.BaseOffset, s.MirroredEnd())
 			}
 			if pendingIdx < len(s.Pending) && s.Pending[pendingIdx].Src == e.Src {
 				pendingIdx++
-				p := batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq}
-				data := batch.ForDestination(sets[i], p)
-				if e.Kind == ledger.KindControl {
-					data = batch.Filler(int(e.Count), h.MaxTimestamp, p)
+				data, err := destination(sets[i], h, *e, batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq}, o.Compacted)
+				if err != nil {
+					return refuse(ErrInvalidRecord, "%v", err)
 				}
 				out.Writes = append(out.Writes, Write{Entry: *e, Retry: true, Data: data})
 			}
@@ -139,6 +215,19 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 			return refuse(ErrOutOfOrder, "unconfirmed writes from offset %d must be retried first", s.Pending[pendingIdx].Src)
 		}
 		switch {
+		case next < 0 && o.Compacted && h.BaseOffset > dnext && h.BaseOffset-dnext <= maxFill:
+			// A compacted source's first batch often starts past offsets its cleaner emptied:
+			// the mirror starts at D's end with no shift, and fillers hold the offsets before
+			// the batch, so D's offsets are the source's.
+			seg := Segment{Src: dnext, Delta: 0}
+			segments = append(segments[:len(segments):len(segments)], seg)
+			out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindSegment, Src: seg.Src, Delta: seg.Delta})
+			n := int32(h.BaseOffset - dnext)
+			fe := ledger.Entry{Kind: ledger.KindFiller, Src: dnext, Last: h.BaseOffset - 1, D: dnext, Count: n, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
+			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), fillTS, producer(seq), o.Compacted)})
+			out.Entries = append(out.Entries, fe)
+			dnext += int64(n)
+			seq += n
 		case next < 0 || h.BaseOffset-next > maxFill:
 			// The mirror's start, or a hole too large to fill: a new shift segment.
 			seg := Segment{Src: h.BaseOffset, Delta: h.BaseOffset - dnext}
@@ -147,7 +236,7 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 		case h.BaseOffset > next:
 			n := int32(h.BaseOffset - next)
 			fe := ledger.Entry{Kind: ledger.KindFiller, Src: next, Last: h.BaseOffset - 1, D: dnext, Count: n, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
-			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), h.BaseTimestamp, producer(seq))})
+			out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), fillTS, producer(seq), o.Compacted)})
 			out.Entries = append(out.Entries, fe)
 			dnext += int64(n)
 			seq += n
@@ -156,8 +245,9 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 		e := ledger.Entry{Kind: ledger.KindBatch, Src: h.BaseOffset, Last: h.LastOffset(), D: dnext, Count: count,
 			Epoch: h.LeaderEpoch, CRC: h.CRC, Len: h.Length, Attrs: h.Attributes, MaxTS: h.MaxTimestamp,
 			SrcPID: h.ProducerID, SrcPEpoch: h.ProducerEpoch, SrcSeq: h.BaseSequence, PID: s.PID, PEpoch: s.PEpoch, Seq: seq}
-		data := batch.ForDestination(sets[i], producer(seq))
-		if h.Attributes&batch.AttrControl != 0 {
+		e.Records = h.RecordCount
+		switch {
+		case h.Attributes&batch.AttrControl != 0:
 			// A stock destination takes no control batch from a client: fillers hold its
 			// offsets, and the ledger keeps the batch to serve in their place.
 			e.Kind, e.Raw = ledger.KindControl, append([]byte(nil), sets[i]...)
@@ -165,7 +255,14 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 			if commits[i] {
 				e.Marker = ledger.MarkerCommit
 			}
-			data = batch.Filler(int(count), h.MaxTimestamp, producer(seq))
+		case h.Gappy():
+			// Nor a batch with fewer records than offsets (compaction): a dense copy holds
+			// its offsets, each surviving record at its own, and the ledger keeps the batch.
+			e.Raw = append([]byte(nil), sets[i]...)
+		}
+		data, err := destination(sets[i], h, e, producer(seq), o.Compacted)
+		if err != nil {
+			return refuse(ErrInvalidRecord, "%v", err)
 		}
 		out.Writes = append(out.Writes, Write{Entry: e, Data: data})
 		out.Entries = append(out.Entries, e)
@@ -174,19 +271,62 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, maxFill int64) Plan {
 		next = h.LastOffset() + 1
 		epoch = max(epoch, h.LeaderEpoch)
 	}
-	out.next, out.dnext, out.seq, out.epoch, out.segments = next, dnext, seq, epoch, segments
+	out.next, out.dnext, out.seq, out.epoch, out.segments, out.cursor = next, dnext, seq, epoch, segments, cursor
 	return out
+}
+
+// between lists the mirrored batches starting in [from, to), from Options.Between or else the
+// recent entries.
+func (s *State) between(o Options, from, to int64) []ledger.Entry {
+	if o.Between != nil {
+		return o.Between(from, to)
+	}
+	var out []ledger.Entry
+	for _, e := range s.Recent {
+		if (e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl) && e.Src >= from && e.Src < to {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// destination is what D receives for a source batch: the batch with offsetgate's producer
+// fields, fillers for a marker, a dense copy for a gappy or empty batch.
+func destination(src []byte, h batch.Header, e ledger.Entry, p batch.Producer, compacted bool) ([]byte, error) {
+	switch {
+	case e.Kind == ledger.KindControl:
+		return batch.Filler(int(e.Count), h.MaxTimestamp, p, compacted), nil
+	case h.Gappy():
+		return batch.Dense(src, p, compacted)
+	}
+	return batch.ForDestination(src, p), nil
 }
 
 // Apply makes the partition's state what it is once the ledger holds the plan's entries: the
 // mirror ends after them, and their writes are pending until D confirms them.
 func (s *State) Apply(p Plan) {
-	s.Segments, s.Next, s.DNext, s.Seq, s.Epoch = p.segments, p.next, p.dnext, p.seq, p.epoch
+	s.Segments, s.Next, s.DNext, s.Seq, s.Epoch, s.Cursor = p.segments, p.next, p.dnext, p.seq, p.epoch, p.cursor
 	for _, e := range p.Entries {
-		if e.Data() {
+		switch {
+		case e.Data():
 			s.remember(e)
 			s.Pending = append(s.Pending, e)
+		case e.Kind == ledger.KindRewrite:
+			s.rewrite(e)
 		}
+	}
+}
+
+// rewrite records a compaction rewrite on the recent entry it concerns: a resend of the batch
+// as it is now is an exact resend, and a gone batch is no batch any more.
+func (s *State) rewrite(e ledger.Entry) {
+	r := s.find(e.Src)
+	switch {
+	case r == nil:
+	case e.Gone:
+		r.Kind = ledger.KindFiller // never matched by a batch again
+	default:
+		r.CRC, r.Len, r.Attrs, r.MaxTS, r.Records = e.CRC, e.Len, e.Attrs, e.MaxTS, e.Records
 	}
 }
 
@@ -197,6 +337,16 @@ func (s *State) remember(e ledger.Entry) {
 	if len(s.Recent) > recentEntries {
 		s.Recent = append(s.Recent[:0], s.Recent[len(s.Recent)-recentEntries/2:]...)
 	}
+}
+
+// pending reports whether the entry at source offset src is unconfirmed.
+func (s *State) pending(src int64) bool {
+	for _, e := range s.Pending {
+		if e.Src == src {
+			return true
+		}
+	}
+	return false
 }
 
 // confirm drops a pending entry once D acknowledged its data at the planned offset.
@@ -245,11 +395,14 @@ func Replay(es []ledger.Entry) Replayed {
 			default:
 				r.Fillers += int64(e.Count)
 			}
+		case ledger.KindRewrite:
+			r.rewrite(e)
 		case ledger.KindOwner:
 			r.Owner, r.OwnerUntil = e.Owner, e.Until
 		case ledger.KindHalt:
 			r.Halted = e.Reason
 		}
 	}
+	r.Cursor = r.Next
 	return r
 }

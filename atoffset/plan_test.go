@@ -66,7 +66,7 @@ func fresh(dEnd int64) State {
 func mirrored(t *testing.T, s State, bs ...[]byte) State {
 	t.Helper()
 	sets, hs := split(t, bs...)
-	p := s.Plan(sets, hs, 100)
+	p := s.Plan(sets, hs, Options{MaxFill: 100})
 	if p.Refusal.Code != 0 {
 		t.Fatalf("setting up: %s", p.Refusal.Msg)
 	}
@@ -148,7 +148,7 @@ func TestPlan(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			before := kinds(c.st.Recent) + fmt.Sprint(c.st.Next, c.st.DNext, c.st.Seq, len(c.st.Pending))
 			sets, hs := split(t, c.batches...)
-			p := c.st.Plan(sets, hs, 100)
+			p := c.st.Plan(sets, hs, Options{MaxFill: 100})
 			if after := kinds(c.st.Recent) + fmt.Sprint(c.st.Next, c.st.DNext, c.st.Seq, len(c.st.Pending)); after != before {
 				t.Fatal("Plan changed the state it was given")
 			}
@@ -219,7 +219,7 @@ func TestReplay(t *testing.T) {
 		{src(5000, 4, 2, 0)},
 	} {
 		sets, hs := split(t, req...)
-		p := s.Plan(sets, hs, 100)
+		p := s.Plan(sets, hs, Options{MaxFill: 100})
 		if p.Refusal.Code != 0 {
 			t.Fatal(p.Refusal.Msg)
 		}
@@ -238,4 +238,144 @@ func TestReplay(t *testing.T) {
 	if r.Batches != 4 || r.Fillers != 5 || r.Owner != "a" || r.Entries != len(ledgerEntries) {
 		t.Fatalf("replayed batches %d fillers %d owner %q", r.Batches, r.Fillers, r.Owner)
 	}
+}
+
+// cleaned is src(base, n, ...) as a compacted source's cleaner leaves it: only the records at
+// the offset deltas kept, the batch's range, producer fields and first timestamp unchanged.
+func cleaned(base int64, n int, epoch int32, kept ...int32) []byte {
+	var recs []byte
+	for _, d := range kept {
+		r := kmsg.Record{OffsetDelta: d, Key: []byte(fmt.Sprintf("k%d", base+int64(d))), Value: []byte("v")}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{FirstOffset: base, PartitionLeaderEpoch: epoch, Magic: 2, LastOffsetDelta: int32(n - 1),
+		FirstTimestamp: 1000, MaxTimestamp: 1000, ProducerID: 7, ProducerEpoch: 1, FirstSequence: int32(base), NumRecords: int32(len(kept)), Records: recs}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
+	return out
+}
+
+// Compaction: a gappy or empty batch is written as a dense copy with the batch kept in the
+// ledger; fillers on a compacted topic are tombstones; a batch the source's cleaner changed
+// since it was mirrored is recorded (a rewrite), never written again, and only where compaction
+// explains it.
+func TestPlanCompaction(t *testing.T) {
+	compact := Options{MaxFill: 100, Compacted: true}
+	base := mirrored(t, fresh(0), src(0, 5, 1, 0), src(5, 5, 1, 0))
+	plan := func(st State, o Options, bs ...[]byte) Plan {
+		sets, hs := split(t, bs...)
+		return st.Plan(sets, hs, o)
+	}
+	// A gappy batch after a hole: both written, the hole as tombstones, the batch dense.
+	p := plan(base, compact, cleaned(12, 4, 1, 1, 3))
+	if p.Refusal.Code != 0 || kinds(p.Entries) != "filler(10-11@10,seq10) batch(12-15@12,seq12)" || len(p.Writes) != 2 {
+		t.Fatalf("gappy batch: %s %s, %d writes", p.Refusal.Msg, kinds(p.Entries), len(p.Writes))
+	}
+	if e := p.Entries[1]; len(e.Raw) == 0 || e.Records != 2 {
+		t.Fatalf("the gappy batch's entry keeps %d bytes and %d records", len(e.Raw), e.Records)
+	}
+	for _, w := range p.Writes {
+		h, _ := batch.ReadHeader(w.Data)
+		if h.Gappy() {
+			t.Fatalf("D would get a gappy batch at %d", w.Entry.Src)
+		}
+	}
+	if rs := fillerKeys(t, p.Writes[0].Data); rs != "offsetgate.filler,offsetgate.filler" {
+		t.Fatalf("fillers on a compacted topic have keys %q", rs)
+	}
+	// An empty batch (kept for its producer's state).
+	if p := plan(base, compact, cleaned(10, 3, 1)); p.Refusal.Code != 0 || kinds(p.Entries) != "batch(10-12@10,seq10)" {
+		t.Fatalf("empty batch: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	// The cleaner removed records of a mirrored batch: recorded, not written.
+	p = plan(base, compact, src(0, 5, 1, 0), cleaned(5, 5, 1, 0, 4))
+	if p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(5-9@5,seq0)" || len(p.Writes) != 0 {
+		t.Fatalf("a cleaned batch sent again: %s %s, %d writes", p.Refusal.Msg, kinds(p.Entries), len(p.Writes))
+	}
+	after := base
+	after.Recent = append([]ledger.Entry(nil), base.Recent...) // Apply changes entries in place
+	after.Apply(p)
+	if p := plan(after, compact, cleaned(5, 5, 1, 0, 4)); p.Refusal.Code != 0 || len(p.Entries) != 0 || len(p.Writes) != 0 {
+		t.Fatalf("the cleaned batch sent once more is not an exact resend: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	// Sent again in order, a batch the source no longer has is recorded as gone.
+	three := mirrored(t, fresh(0), src(0, 5, 1, 0), src(5, 5, 1, 0), src(10, 5, 1, 0))
+	if p := plan(three, compact, src(0, 5, 1, 0), src(10, 5, 1, 0)); p.Refusal.Code != 0 || len(p.Entries) != 1 || !p.Entries[0].Gone || p.Entries[0].Src != 5 {
+		t.Fatalf("a batch the cleaner removed whole: %s %+v", p.Refusal.Msg, p.Entries)
+	}
+	if p := plan(three, Options{MaxFill: 100}, src(0, 5, 1, 0), src(10, 5, 1, 0)); len(p.Entries) != 0 {
+		t.Fatalf("a batch left out of a resend on a topic that is not compacted was recorded gone: %+v", p.Entries)
+	}
+	// The request's from offset: the source has nothing between it and the first batch, so
+	// what was mirrored there is gone, even before the first batch sent again, and even when
+	// that batch is new.
+	from := func(o Options, f int64) Options { o.HasFrom, o.From = true, f; return o }
+	if p := plan(three, from(compact, 0), src(10, 5, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(0-4@0,seq0) rewrite(5-9@5,seq0)" || !p.Entries[0].Gone || !p.Entries[1].Gone {
+		t.Fatalf("batches before the first one sent from 0: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, from(compact, 3), src(16, 5, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(5-9@5,seq0) rewrite(10-14@10,seq0) filler(15-15@15,seq15) batch(16-20@16,seq16)" {
+		t.Fatalf("batches gone before a new one: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, compact, src(10, 5, 1, 0)); p.Refusal.Code != 0 || len(p.Entries) != 0 {
+		t.Fatalf("without a from offset, a resend that starts later marks nothing gone: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, from(Options{MaxFill: 100}, 0), src(10, 5, 1, 0)); p.Refusal.Code != 0 || len(p.Entries) != 0 {
+		t.Fatalf("a topic that is not compacted lost batches: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(three, from(compact, 11), src(10, 5, 1, 0)); p.Refusal.Code == 0 {
+		t.Fatal("a from offset past the first batch was taken")
+	}
+	pend := three
+	pend.Pending = []ledger.Entry{*pend.find(5), *pend.find(10)}
+	if p := plan(pend, from(compact, 0), src(5, 5, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(0-4@0,seq0)" {
+		t.Fatalf("an unconfirmed batch was taken for gone: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	for name, c := range map[string]struct {
+		o  Options
+		bs [][]byte
+	}{
+		"not a compacted topic": {Options{MaxFill: 100}, [][]byte{cleaned(5, 5, 1, 0, 4)}},
+		"other records":         {compact, [][]byte{src(5, 5, 2, 0)}},
+		"another range":         {compact, [][]byte{cleaned(5, 4, 1, 0)}},
+		"a pending batch":       {compact, nil},
+		"a gappy control batch": {compact, [][]byte{cleaned(10, 2, 1)}},
+	} {
+		st := base
+		bs := c.bs
+		switch name {
+		case "a pending batch":
+			st.Pending = []ledger.Entry{*st.find(5)}
+			bs = [][]byte{cleaned(5, 5, 1, 0)}
+		case "a gappy control batch":
+			b := cleaned(10, 2, 1, 0)
+			binary.BigEndian.PutUint16(b[21:], batch.AttrControl|batch.AttrTransactional)
+			binary.BigEndian.PutUint32(b[17:], batch.CRC(b))
+			bs = [][]byte{b}
+		}
+		if p := plan(st, c.o, bs...); p.Refusal.Code == 0 {
+			t.Errorf("%s: taken (%s)", name, kinds(p.Entries))
+		}
+	}
+}
+
+func fillerKeys(t *testing.T, b []byte) string {
+	t.Helper()
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(b); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	raw := rb.Records
+	for len(raw) > 0 {
+		l, n := binary.Varint(raw)
+		var r kmsg.Record
+		if err := r.ReadFrom(raw[:n+int(l)]); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, string(r.Key))
+		raw = raw[n+int(l):]
+	}
+	return strings.Join(keys, ",")
 }

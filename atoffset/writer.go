@@ -67,6 +67,12 @@ type Config struct {
 	// OnEntries, when set, hears every batch of entries once it is in the ledger, so the
 	// source view of this process follows without reading them back.
 	OnEntries func(id catalog.TopicID, partition int32, es []ledger.Entry)
+	// Find, when set, looks up a mirrored batch by source offset beyond the entries a
+	// partition keeps in memory (the source view holds them all): a compacted source is sent
+	// again from its log start to record what its cleaner changed.
+	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool)
+	// Between, when set, lists the mirrored batches starting in [from, to) (Options.Between).
+	Between func(id catalog.TopicID, partition int32, from, to int64) []ledger.Entry
 }
 
 // pipelineDepth is how many batches of one partition are in flight at once.
@@ -126,11 +132,12 @@ type part struct {
 	tid    catalog.TopicID
 	id     string // topic id, hex
 
-	st     State
-	halted string
-	until  time.Time // our ownership lease
-	leader int32     // cached leader of the partition on D; -1: unknown
-	conn   *wire.Conn
+	st        State
+	compacted bool // the source topic is compacted (its mark's source settings)
+	halted    string
+	until     time.Time // our ownership lease
+	leader    int32     // cached leader of the partition on D; -1: unknown
+	conn      *wire.Conn
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -141,6 +148,9 @@ func (w *Writer) part(t catalog.Topic, partition int32) *part {
 	if p == nil {
 		p = &part{topic: strings.Clone(t.Name), // kept for good; the caller's may be borrowed
 			tid: t.ID, id: catalog.IDString(t.ID), st: State{Next: -1, Epoch: -1}, leader: -1}
+		if t.Mark != nil {
+			p.compacted = strings.Contains(t.Mark.Source["cleanup.policy"], "compact")
+		}
 		w.parts[k] = p
 	}
 	return p
@@ -257,12 +267,16 @@ func (w *Writer) initProducer(ctx context.Context) (int64, int16, error) {
 }
 
 // Write mirrors one partition's record set (one or more source batches in offset order).
-func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte) Result {
+//
+// from is the source offset the request continues from (the magic header's; -1: not given):
+// the client read the source from there, so on a compacted source the batches mirrored
+// between it and the request's first batch are gone.
+func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte, from int64) Result {
 	start := time.Now()
 	p := w.part(t, partition)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	res := w.write(ctx, p, partition, records)
+	res := w.write(ctx, p, partition, records, from)
 	p.st.Resync = res.Code != 0
 	w.m.observe(p.topic, partition, res, len(records), time.Since(start), p.halted != "")
 	return res
@@ -270,7 +284,7 @@ func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, re
 
 // write loads the partition, plans the request (Plan: no I/O), stores the plan in the ledger,
 // then writes the data and checks every offset D answers.
-func (w *Writer) write(ctx context.Context, p *part, partition int32, records []byte) Result {
+func (w *Writer) write(ctx context.Context, p *part, partition int32, records []byte, from int64) Result {
 	if err := w.load(ctx, p, partition); err != nil {
 		var oe *ownedError
 		if errors.As(err, &oe) {
@@ -285,7 +299,14 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 	if err != nil {
 		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}
 	}
-	plan := p.st.Plan(sets, hs, w.cfg.MaxFill)
+	o := Options{MaxFill: w.cfg.MaxFill, Compacted: p.compacted, HasFrom: from >= 0, From: from}
+	if w.cfg.Find != nil {
+		o.Find = func(src int64) (ledger.Entry, bool) { return w.cfg.Find(p.tid, partition, src) }
+	}
+	if w.cfg.Between != nil {
+		o.Between = func(from, to int64) []ledger.Entry { return w.cfg.Between(p.tid, partition, from, to) }
+	}
+	plan := p.st.Plan(sets, hs, o)
 	if plan.Refusal.Code != 0 {
 		return plan.Refusal
 	}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -142,26 +143,129 @@ func ForDestination(src []byte, p Producer) []byte {
 // FillerHeader is the header key that marks filler records.
 const FillerHeader = "offsetgate.filler"
 
-// Filler builds an uncompressed batch of n filler records: no key, no value, the
-// offsetgate.filler header, all with timestamp ts so time lookups stay monotonic. Offsets are
-// 0..n-1 (the destination assigns the real ones).
-func Filler(n int, ts int64, p Producer) []byte {
+// FillerKey is the key of filler records on compacted topics, which refuse keyless records:
+// fillers are tombstones of this key there, so the destination's own compaction removes them
+// again.
+var FillerKey = []byte("offsetgate.filler")
+
+// NoTimestamp is Kafka's "no timestamp" (-1): a destination takes it on a create-time topic
+// whatever its timestamp bounds, and a time lookup never stops at such a record.
+const NoTimestamp = -1
+
+// Filler builds an uncompressed batch of n filler records: no value, the offsetgate.filler
+// header, all with timestamp ts (a marker's, so a time lookup stops at its offsets as at the
+// marker's; NoTimestamp where the source has nothing, so a lookup passes over them); keyed (tombstones of FillerKey)
+// for compacted topics, keyless otherwise. Offsets are 0..n-1 (the destination assigns the
+// real ones).
+func Filler(n int, ts int64, p Producer, keyed bool) []byte {
 	var recs []byte
 	for i := 0; i < n; i++ {
-		r := kmsg.Record{OffsetDelta: int32(i), Key: nil, Value: nil,
-			Headers: []kmsg.Header{{Key: FillerHeader, Value: []byte{1}}}}
-		r.Length = int32(len(r.AppendTo(nil)) - 1) // AppendTo writes Length as given (0: one byte)
-		recs = r.AppendTo(recs)
+		recs = appendFiller(recs, int32(i), 0, keyed)
 	}
 	b := kmsg.RecordBatch{
 		FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(n - 1),
 		FirstTimestamp: ts, MaxTimestamp: ts, ProducerID: p.ID, ProducerEpoch: p.Epoch,
 		FirstSequence: p.Sequence, NumRecords: int32(n), Records: recs,
 	}
-	out := b.AppendTo(nil)
+	return finish(b.AppendTo(nil))
+}
+
+func appendFiller(dst []byte, offsetDelta int32, tsDelta int64, keyed bool) []byte {
+	r := kmsg.Record{OffsetDelta: offsetDelta, TimestampDelta64: tsDelta, Value: nil,
+		Headers: []kmsg.Header{{Key: FillerHeader, Value: []byte{1}}}}
+	if keyed {
+		r.Key = FillerKey
+	}
+	r.Length = int32(len(r.AppendTo(nil)) - 1) // AppendTo writes Length as given (0: one byte)
+	return r.AppendTo(dst)
+}
+
+// finish sets a built batch's length and CRC.
+func finish(out []byte) []byte {
 	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
 	binary.BigEndian.PutUint32(out[17:], CRC(out))
 	return out
+}
+
+// Gappy reports whether a batch holds fewer records than offsets: what a compacted source's
+// cleaner leaves (records removed inside the batch, or none left at all, the batch kept for
+// its producer state). A stock destination takes neither shape from a client.
+func (h Header) Gappy() bool { return int64(h.RecordCount) != int64(h.LastOffsetDelta)+1 }
+
+var decompressor = kgo.DefaultDecompressor()
+
+// Dense builds what the destination can take in place of a gappy or empty source batch: one
+// uncompressed batch with a record at every offset of the source batch's range, each surviving
+// record at its offset (key, value, headers and timestamp as the source had them) and a filler
+// in every gap, with the writer's producer fields. The ledger keeps the source batch itself,
+// which the source view serves in its place.
+func Dense(src []byte, p Producer, keyed bool) ([]byte, error) {
+	h, err := ReadHeader(src)
+	if err != nil {
+		return nil, err
+	}
+	if h.Size() > len(src) {
+		return nil, ErrTruncated
+	}
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(src[:h.Size()]); err != nil {
+		return nil, fmt.Errorf("batch at %d: %w", h.BaseOffset, err)
+	}
+	raw := rb.Records
+	if codec := int8(h.Attributes & AttrCodecMask); codec != 0 && h.RecordCount > 0 {
+		if raw, err = decompressor.Decompress(raw, kgo.CompressionCodecType(codec)); err != nil {
+			return nil, fmt.Errorf("batch at %d: decompressing: %w", h.BaseOffset, err)
+		}
+	}
+	var recs []byte
+	next := int32(0)
+	// Fillers carry no timestamp: a time lookup on D never stops at an offset the source
+	// holds no record at.
+	noTS := NoTimestamp - h.BaseTimestamp
+	for i := int32(0); i < h.RecordCount; i++ {
+		var r kmsg.Record
+		n, err := recordLen(raw)
+		if err != nil {
+			return nil, fmt.Errorf("batch at %d, record %d: %w", h.BaseOffset, i, err)
+		}
+		if err := r.ReadFrom(raw[:n]); err != nil {
+			return nil, fmt.Errorf("batch at %d, record %d: %w", h.BaseOffset, i, err)
+		}
+		raw = raw[n:]
+		if r.OffsetDelta < next || r.OffsetDelta > h.LastOffsetDelta {
+			return nil, fmt.Errorf("batch at %d: record offset delta %d out of order", h.BaseOffset, r.OffsetDelta)
+		}
+		for ; next < r.OffsetDelta; next++ {
+			recs = appendFiller(recs, next, noTS, keyed)
+		}
+		recs = append(recs, raw0(r)...)
+		next = r.OffsetDelta + 1
+	}
+	for ; next <= h.LastOffsetDelta; next++ {
+		recs = appendFiller(recs, next, noTS, keyed)
+	}
+	out := kmsg.RecordBatch{
+		FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: h.LastOffsetDelta,
+		FirstTimestamp: h.BaseTimestamp, MaxTimestamp: max(h.MaxTimestamp, h.BaseTimestamp), ProducerID: p.ID, ProducerEpoch: p.Epoch,
+		FirstSequence: p.Sequence, NumRecords: h.LastOffsetDelta + 1, Records: recs,
+	}
+	return finish(out.AppendTo(nil)), nil
+}
+
+// raw0 encodes a record again as it was read (its length recomputed).
+func raw0(r kmsg.Record) []byte {
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	return r.AppendTo(nil)
+}
+
+// recordLen is the encoded size of the record at the start of b: its varint length and what
+// follows.
+func recordLen(b []byte) (int, error) {
+	l, n := binary.Varint(b)
+	if n <= 0 || l < 0 || int64(n)+l > int64(len(b)) {
+		return 0, errors.New("record truncated")
+	}
+	return n + int(l), nil
 }
 
 // Source is what the ledger kept of a source batch's header: the fields the destination

@@ -42,7 +42,7 @@ func TestForDestinationAndFiller(t *testing.T) {
 		t.Fatal("records changed")
 	}
 
-	f := Filler(5, 1234, Producer{ID: 99, Sequence: 5})
+	f := Filler(5, 1234, Producer{ID: 99, Sequence: 5}, false)
 	fh, err := ReadHeader(f)
 	if err != nil || !Valid(f) || fh.RecordCount != 5 || fh.LastOffsetDelta != 4 || fh.BaseTimestamp != 1234 {
 		t.Fatalf("filler header %+v, %v", fh, err)
@@ -92,7 +92,7 @@ func TestMarker(t *testing.T) {
 			t.Fatalf("Marker(commit=%v) = %v, %v", commit, got, err)
 		}
 	}
-	if _, err := Marker(Filler(1, 1, Producer{})); !errors.Is(err, ErrNotMarker) {
+	if _, err := Marker(Filler(1, 1, Producer{}, false)); !errors.Is(err, ErrNotMarker) {
 		t.Fatalf("a data batch read as a marker: %v", err)
 	}
 }
@@ -101,7 +101,7 @@ func TestMarker(t *testing.T) {
 // producer is not transactional), at the same length, so restoring the source's attributes
 // and CRC gives the source batch back byte for byte.
 func TestForDestinationTransactional(t *testing.T) {
-	src := Filler(2, 5, Producer{ID: 77, Epoch: 3, Sequence: 0})
+	src := Filler(2, 5, Producer{ID: 77, Epoch: 3, Sequence: 0}, false)
 	binary.BigEndian.PutUint16(src[21:], AttrTransactional)
 	binary.BigEndian.PutUint32(src[17:], CRC(src))
 	h, _ := ReadHeader(src)
@@ -115,4 +115,103 @@ func TestForDestinationTransactional(t *testing.T) {
 	if !bytes.Equal(d, src) {
 		t.Fatal("the restored batch differs from the source's")
 	}
+}
+
+// gappy builds a batch of offsets [base, base+span) holding records only at the offset deltas
+// given, as a compacted source's cleaner leaves it, compressed with codec (nil: none).
+func gappy(t *testing.T, base int64, span int32, deltas []int32, codec *kgo.CompressionCodec) []byte {
+	t.Helper()
+	var recs []byte
+	for _, d := range deltas {
+		r := kmsg.Record{OffsetDelta: d, TimestampDelta64: int64(d) * 10, Key: []byte{'k', byte(d)}, Value: []byte{'v', byte(d)},
+			Headers: []kmsg.Header{{Key: "h", Value: []byte{byte(d)}}}}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	attrs := int16(0)
+	if codec != nil {
+		c, err := kgo.DefaultCompressor(*codec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		out, typ := c.Compress(&buf, recs)
+		recs, attrs = append([]byte(nil), out...), int16(typ)
+	}
+	b := kmsg.RecordBatch{FirstOffset: base, Magic: 2, Attributes: attrs, LastOffsetDelta: span - 1, FirstTimestamp: 1000,
+		MaxTimestamp: 1000 + int64(span)*10, ProducerID: 5, ProducerEpoch: 1, FirstSequence: 0, NumRecords: int32(len(deltas)), Records: recs}
+	return finish(b.AppendTo(nil))
+}
+
+// A gappy or empty batch becomes a dense one for the destination: a record at every offset,
+// each survivor at its own with its key, value, headers and timestamp, fillers between.
+func TestDense(t *testing.T) {
+	gz := kgo.GzipCompression()
+	for name, c := range map[string]struct {
+		deltas []int32
+		codec  *kgo.CompressionCodec
+		keyed  bool
+	}{
+		"gaps":            {[]int32{0, 3, 4}, nil, true},
+		"gaps, gzip":      {[]int32{1, 5}, &gz, true},
+		"empty":           {nil, nil, true},
+		"first removed":   {[]int32{2}, nil, false},
+		"last one kept":   {[]int32{5}, &gz, false},
+		"nothing missing": {[]int32{0, 1, 2, 3, 4, 5}, nil, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			src := gappy(t, 100, 6, c.deltas, c.codec)
+			h, _ := ReadHeader(src)
+			if h.Gappy() != (len(c.deltas) != 6) {
+				t.Fatalf("Gappy() = %v for %d records of 6 offsets", h.Gappy(), len(c.deltas))
+			}
+			d, err := Dense(src, Producer{ID: 9, Epoch: 2, Sequence: 40}, c.keyed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dh, err := ReadHeader(d)
+			if err != nil || !Valid(d) || dh.RecordCount != 6 || dh.LastOffsetDelta != 5 || dh.Attributes&AttrCodecMask != 0 ||
+				dh.ProducerID != 9 || dh.BaseSequence != 40 || dh.BaseTimestamp != h.BaseTimestamp {
+				t.Fatalf("dense header %+v (valid %v, %v)", dh, Valid(d), err)
+			}
+			rs := records(t, d)
+			survivors := map[int32]bool{}
+			for _, x := range c.deltas {
+				survivors[x] = true
+			}
+			for i, r := range rs {
+				switch {
+				case r.OffsetDelta != int32(i):
+					t.Fatalf("record %d has offset delta %d", i, r.OffsetDelta)
+				case survivors[int32(i)] && (string(r.Key) != string([]byte{'k', byte(i)}) || string(r.Value) != string([]byte{'v', byte(i)}) || r.TimestampDelta64 != int64(i)*10):
+					t.Fatalf("survivor %d came out as %+v", i, r)
+				case !survivors[int32(i)] && (r.Value != nil || len(r.Headers) != 1 || r.Headers[0].Key != FillerHeader || (r.Key != nil) != c.keyed):
+					t.Fatalf("filler %d came out as %+v", i, r)
+				case !survivors[int32(i)] && dh.BaseTimestamp+r.TimestampDelta64 != NoTimestamp:
+					// A time lookup on D must pass over offsets the source has no record at.
+					t.Fatalf("filler %d has timestamp %d", i, dh.BaseTimestamp+r.TimestampDelta64)
+				}
+			}
+		})
+	}
+}
+
+func records(t *testing.T, b []byte) []kmsg.Record {
+	t.Helper()
+	h, _ := ReadHeader(b)
+	raw := b[HeaderLen:h.Size()]
+	var out []kmsg.Record
+	for len(raw) > 0 {
+		n, err := recordLen(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r kmsg.Record
+		if err := r.ReadFrom(raw[:n]); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+		raw = raw[n:]
+	}
+	return out
 }

@@ -8,7 +8,7 @@ import (
 
 // sampleBatch is one valid record batch: the corpus starts from real shapes.
 func sampleBatch() []byte {
-	b := Filler(3, 1700000000000, Producer{ID: 7, Epoch: 1, Sequence: 5})
+	b := Filler(3, 1700000000000, Producer{ID: 7, Epoch: 1, Sequence: 5}, false)
 	binary.BigEndian.PutUint64(b[0:], 1000)
 	return b
 }

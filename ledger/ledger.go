@@ -31,10 +31,10 @@ import (
 // keeps reading what it can and stops at what it cannot.
 const Version = 2
 
-// VersionOf is the format version an entry is written with: 2 for the kinds version 2 added
-// (control batches), 1 for the rest.
+// VersionOf is the format version an entry is written with: 2 for what version 2 added
+// (control batches, compaction rewrites, batches kept whole), 1 for the rest.
 func VersionOf(e Entry) int {
-	if e.Kind == KindControl {
+	if e.Kind == KindControl || e.Kind == KindRewrite || len(e.Raw) > 0 {
 		return 2
 	}
 	return 1
@@ -47,6 +47,9 @@ const (
 	KindSegment = "segment" // a new shift segment: D = S - Delta from Src on
 	KindOwner   = "owner"   // the instance that writes this partition, and until when
 	KindHalt    = "halt"    // the partition stopped: D did not hold what was expected
+	// KindRewrite records that a compacted source's cleaner changed a mirrored batch: its
+	// records now are Raw's (Src, Last, D and Count stay those of the batch).
+	KindRewrite = "rewrite"
 	// KindControl is a source control batch (a transaction's COMMIT or ABORT marker), which
 	// a stock destination does not take from a client: D holds filler records at its offsets
 	// and the entry keeps the original batch (Raw) to serve in its place.
@@ -103,9 +106,14 @@ type Entry struct {
 
 	// control: the marker and the whole source batch, byte for byte (also Src, Last, D, Count,
 	// Epoch, CRC, Len, Attrs, SrcPID, SrcPEpoch as for a batch; PID, PEpoch, Seq of the filler
-	// written in its place).
+	// written in its place). batch: Raw is set for a gappy or empty batch (compaction), which
+	// D holds as a dense copy. rewrite: Raw is the batch as the source's cleaner left it.
 	Marker string `json:"marker,omitempty"`
 	Raw    []byte `json:"raw,omitempty"`
+	// batch, rewrite: the source batch's record count (Count is its offsets).
+	Records int32 `json:"records,omitempty"`
+	// rewrite: the source's cleaner removed every record of the batch (and the batch).
+	Gone bool `json:"gone,omitempty"`
 }
 
 // Decode reads one ledger record's value. It refuses what it cannot read exactly: bad JSON, an
@@ -124,6 +132,10 @@ func Decode(value []byte) (Entry, error) {
 	case KindControl:
 		if (e.Marker != MarkerCommit && e.Marker != MarkerAbort) || len(e.Raw) == 0 {
 			return Entry{}, fmt.Errorf("control entry at source offset %d without its marker or batch", e.Src)
+		}
+	case KindRewrite:
+		if len(e.Raw) == 0 && !e.Gone {
+			return Entry{}, fmt.Errorf("rewrite entry at source offset %d without its batch", e.Src)
 		}
 	default:
 		return Entry{}, fmt.Errorf("entry of unknown kind %q", e.Kind)

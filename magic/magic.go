@@ -4,7 +4,8 @@
 // client (which sends it) use this package; it imports nothing of offsetgate's.
 //
 //	tag   Tag (20295, "OG")
-//	value version (1 byte, Version) | flags (1 byte; bit 0: produce at offset)
+//	value version (1 byte, Version) | flags (1 byte; bit 0: produce at offset, bit 1: from)
+//	      [from: the source offset the request continues from, 8 bytes big-endian]
 package magic
 
 import (
@@ -19,6 +20,11 @@ const (
 	Version = 1
 	// AtOffset is the produce-at-offset flag.
 	AtOffset = 1
+	// FromFlag says the value carries a from offset: the source offset the request's one
+	// partition continues from. The client read the source from there, and the source has no
+	// batch between it and the request's first batch (on a compacted source, batches that were
+	// mirrored there are gone).
+	FromFlag = 2
 )
 
 // Header is what a request header's magic tag said.
@@ -27,30 +33,47 @@ type Header struct {
 	Valid   bool // a version this offsetgate knows, with the produce-at-offset flag
 	Version byte
 	Flags   byte
+	// From is the source offset the request continues from; -1: not given.
+	From int64
 }
 
 // Parse reads the tag's value.
 func Parse(v []byte) Header {
-	h := Header{Present: true}
+	h := Header{Present: true, From: -1}
 	if len(v) >= 2 {
 		h.Version, h.Flags = v[0], v[1]
 		h.Valid = h.Version == Version && h.Flags&AtOffset != 0
+		if h.Flags&FromFlag != 0 {
+			// A from offset that is missing or negative makes the tag invalid: a client
+			// that meant to give one is not taken to have given none.
+			if len(v) < 10 || int64(binary.BigEndian.Uint64(v[2:])) < 0 {
+				h.Valid = false
+			} else {
+				h.From = int64(binary.BigEndian.Uint64(v[2:]))
+			}
+		}
 	}
 	return h
 }
 
-// Value is the tag value a mirroring client sends.
-func Value() []byte { return []byte{Version, AtOffset} }
+// Value is the tag value a mirroring client sends; from < 0: no from offset.
+func Value(from int64) []byte {
+	if from < 0 {
+		return []byte{Version, AtOffset}
+	}
+	return binary.BigEndian.AppendUint64([]byte{Version, AtOffset | FromFlag}, uint64(from))
+}
 
 // AppendHeader writes a flexible request header with the magic tag: api key, version,
 // correlation id, client id (nullable, non-compact) and the tag section. The body follows.
-func AppendHeader(dst []byte, key, version int16, corr int32, clientID string) []byte {
+// from < 0: no from offset.
+func AppendHeader(dst []byte, key, version int16, corr int32, clientID string, from int64) []byte {
 	dst = binary.BigEndian.AppendUint16(dst, uint16(key))
 	dst = binary.BigEndian.AppendUint16(dst, uint16(version))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(corr))
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(clientID)))
 	dst = append(dst, clientID...)
-	val := Value()
+	val := Value(from)
 	dst = binary.AppendUvarint(dst, 1)
 	dst = binary.AppendUvarint(dst, Tag)
 	dst = binary.AppendUvarint(dst, uint64(len(val)))

@@ -35,7 +35,7 @@ func TestUvarint(t *testing.T) {
 }
 
 func FuzzWalkTags(f *testing.F) {
-	f.Add(AppendHeader(nil, 0, 11, 1, "c")[10:])
+	f.Add(AppendHeader(nil, 0, 11, 1, "c", -1)[10:])
 	f.Add([]byte{2, 1, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		end, err := WalkTags(p, 0, func(tag uint32, val []byte) { _ = Parse(val) })
@@ -43,4 +43,24 @@ func FuzzWalkTags(f *testing.F) {
 			t.Fatalf("end %d outside %d bytes", end, len(p))
 		}
 	})
+}
+
+// The from offset round-trips; a tag that says it has one but does not, or a negative one, is
+// invalid rather than read as a tag without it.
+func TestFrom(t *testing.T) {
+	for _, from := range []int64{-1, 0, 7, 1 << 40} {
+		h := Parse(Value(from))
+		if !h.Valid || h.From != from {
+			t.Fatalf("Value(%d) parses as %+v", from, h)
+		}
+	}
+	for _, v := range [][]byte{
+		{Version, AtOffset | FromFlag},
+		{Version, AtOffset | FromFlag, 0, 0, 0},
+		binary.BigEndian.AppendUint64([]byte{Version, AtOffset | FromFlag}, 1<<63),
+	} {
+		if h := Parse(v); h.Valid {
+			t.Fatalf("% x parses as valid: %+v", v, h)
+		}
+	}
 }

@@ -63,8 +63,13 @@ type part struct {
 	num    int32
 	leader int32 // source broker leading it; -1 while unknown
 	next   int64 // next source offset to fetch
+	asked  int64 // the offset the partition's last fetch asked for
 	target int64 // a --once run stops here (the source's end at start); -1: following
 	max    int32 // partition bytes of the next fetch (more for one batch larger than MaxBytes)
+	// compacted: the source's cleaner changes batches after they are mirrored, so the run
+	// sends the partition again from the source's log start (offsetgate acknowledges what is
+	// unchanged and records what the cleaner changed), at start and every Config.Resync.
+	compacted bool
 
 	chunk      *chunk // fetched, waiting for a writer
 	writing    bool
@@ -80,6 +85,9 @@ type part struct {
 type chunk struct {
 	data []byte
 	hs   []batch.Header
+	// from is the offset the fetch asked for: the source has no batch between it and the
+	// chunk's first (offsetgate marks what it mirrored there gone, on a compacted topic).
+	from int64
 }
 
 func newEngine(cfg Config, src, px *kgo.Client, conns *connPool, tr *tracker) *engine {
@@ -129,7 +137,8 @@ func (e *engine) wait(ctx context.Context) {
 // the source's log start and end) and starts mirroring them. A partition that cannot start
 // (records lost to retention, a source that went backwards) is stopped with its reason; an
 // error is returned only when the positions could not be read at all.
-func (e *engine) addTopic(ctx context.Context, topic string, id [16]byte, n int32) error {
+func (e *engine) addTopic(ctx context.Context, topic string, pr prepared) error {
+	id, n := pr.id, pr.parts
 	sadm, padm := kadm.NewClient(e.src), kadm.NewClient(e.px)
 	stats := make([]*partStats, n)
 	for p := int32(0); p < n; p++ {
@@ -175,7 +184,7 @@ func (e *engine) addTopic(ctx context.Context, topic string, id [16]byte, n int3
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for pn := int32(0); pn < n; pn++ {
-		p := &part{topic: topic, id: id, num: pn, leader: -1, target: -1, max: e.cfg.MaxBytes, st: stats[pn]}
+		p := &part{topic: topic, id: id, num: pn, leader: -1, target: -1, max: e.cfg.MaxBytes, st: stats[pn], compacted: pr.compacted}
 		p.sum = PartitionSummary{Topic: topic, Partition: pn}
 		e.parts[partKey{topic, pn}] = p
 		e.order = append(e.order, p)
@@ -220,6 +229,9 @@ func (p *part) place(ends, starts, mirrored kadm.ListedOffsets, follow bool) err
 	}
 	p.next = offset
 	p.sum.From, p.sum.To = offset, offset
+	if p.compacted && offset > logStart.Offset {
+		p.next = logStart.Offset // again from the log start: what the cleaner changed is recorded
+	}
 	p.st.offset.Store(offset)
 	p.st.sourceEnd.Store(end.Offset)
 	if !follow {
@@ -233,6 +245,43 @@ func lookupErr(found bool, err error) error {
 		return errors.New("partition missing from the answer")
 	}
 	return err
+}
+
+// resync sends every compacted partition again from the source's log start (when it is not
+// reading or writing a chunk right now; the next pass takes the others), so what the source's
+// cleaner changed since it was mirrored is recorded.
+func (e *engine) resync(ctx context.Context) error {
+	e.mu.Lock()
+	topics := map[string]bool{}
+	for _, p := range e.order {
+		if p.compacted && !p.finished {
+			topics[p.topic] = true
+		}
+	}
+	e.mu.Unlock()
+	if len(topics) == 0 {
+		return nil
+	}
+	var names []string
+	for t := range topics {
+		names = append(names, t)
+	}
+	starts, err := kadm.NewClient(e.src).ListStartOffsets(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("source log starts: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.order {
+		if !p.compacted || p.finished || p.chunk != nil || p.writing {
+			continue
+		}
+		if o, ok := starts.Lookup(p.topic, p.num); ok && o.Err == nil && p.next > o.Offset {
+			p.next = o.Offset
+			e.wakeFetcherLocked(p)
+		}
+	}
+	return nil
 }
 
 // kick wakes a loop without blocking (a wake already pending is enough).
@@ -580,6 +629,7 @@ func (f *fetcher) request() (*kmsg.FetchRequest, []*part, time.Duration) {
 		}
 		fp := kmsg.NewFetchRequestTopicPartition()
 		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes = p.num, p.next, p.max
+		p.asked = p.next
 		fp.CurrentLeaderEpoch, fp.LogStartOffset = -1, -1
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, fp)
 	}
@@ -615,8 +665,8 @@ func (f *fetcher) handle(ctx context.Context, asked []*part, resp *kmsg.FetchRes
 	var outOfRange []*part
 	e.mu.Lock()
 	for _, p := range asked {
-		if p.finished || p.leader != f.broker {
-			continue
+		if p.finished || p.leader != f.broker || p.next != p.asked {
+			continue // p.next moved (a new start, a rewind) while the fetch was out: stale
 		}
 		rp := answers[key{p.id, "", p.num}]
 		if rp == nil {
@@ -677,7 +727,7 @@ func (e *engine) takeLocked(p *part, records []byte) {
 		return
 	}
 	p.max = e.cfg.MaxBytes
-	var c chunk
+	c := chunk{from: p.next}
 	for i, b := range sets {
 		h := hs[i]
 		if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
@@ -689,6 +739,7 @@ func (e *engine) takeLocked(p *part, records []byte) {
 	if len(c.hs) == 0 {
 		return
 	}
+	c.from = min(c.from, c.hs[0].BaseOffset) // a batch that holds the fetch offset starts before it
 	p.chunk = &c
 	p.next = c.hs[len(c.hs)-1].LastOffset() + 1
 	e.buffered += int64(len(c.data))
@@ -722,7 +773,7 @@ func (e *engine) writer(ctx context.Context) {
 		if p == nil {
 			return
 		}
-		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data)
+		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from)
 		e.mu.Lock()
 		p.writing = false
 		if e.buffered >= e.budget && e.buffered-int64(len(c.data)) < e.budget {
@@ -743,7 +794,9 @@ func (e *engine) writer(ctx context.Context) {
 				p.sum.Records += int64(h.RecordCount)
 			}
 			p.sum.Bytes += int64(len(c.data))
-			p.sum.To = c.hs[len(c.hs)-1].LastOffset() + 1
+			// Only forward: a compacted partition sent again from its log start moves through
+			// offsets it already mirrored.
+			p.sum.To = max(p.sum.To, c.hs[len(c.hs)-1].LastOffset()+1)
 			p.st.offset.Store(p.sum.To)
 			p.st.records.Store(p.sum.Records)
 			p.st.bytes.Store(p.sum.Bytes)

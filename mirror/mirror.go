@@ -55,6 +55,11 @@ type Config struct {
 	follow bool
 	// ProgressEvery is how often a following run prints each partition's position.
 	ProgressEvery time.Duration
+	// Resync is how often a following run sends compacted partitions again from the source's
+	// log start, to record what the source's cleaner changed (5 minutes when zero). Keep it
+	// well below rules.CompactionMargin: the destination compacts that much later than the
+	// source must have.
+	Resync time.Duration
 	// Groups, when set, selects the source consumer groups whose committed offsets are copied
 	// to the destination (after a --once run; every GroupInterval while following).
 	Groups        *regexp.Regexp
@@ -151,8 +156,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 
 	type job struct {
 		topic string
-		id    [16]byte
-		parts int32
+		prepared
 	}
 	topics, err := resolveTopics(ctx, sadm, cfg.Topics, cfg.TopicRegex)
 	if err != nil {
@@ -164,7 +168,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		var j job
 		err := retry(ctx, func() error {
 			var err error
-			j.parts, j.id, err = prepareTopic(ctx, sadm, padm, topic, cfg.ReplicationFactor)
+			j.prepared, err = prepareTopic(ctx, sadm, padm, topic, cfg.ReplicationFactor)
 			return err
 		})
 		if err != nil {
@@ -194,7 +198,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	eng.start(ectx)
 	defer func() { ecancel(); eng.wg.Wait() }()
 	for _, j := range jobs {
-		if err := eng.addTopic(ectx, j.topic, j.id, j.parts); err != nil {
+		if err := eng.addTopic(ectx, j.topic, j.prepared); err != nil {
 			return Summary{Partitions: eng.summary(), Elapsed: time.Since(start)}, err
 		}
 	}
@@ -244,9 +248,9 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			if known[topic] {
 				continue
 			}
-			n, id, err := prepareTopic(dctx, sadm, padm, topic, cfg.ReplicationFactor)
+			pr, err := prepareTopic(dctx, sadm, padm, topic, cfg.ReplicationFactor)
 			if err == nil {
-				err = eng.addTopic(dctx, topic, id, n)
+				err = eng.addTopic(dctx, topic, pr)
 			}
 			if err != nil {
 				if dctx.Err() == nil && cfg.Progress != nil && refusedNew[topic] != err.Error() {
@@ -258,7 +262,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			delete(refusedNew, topic)
 			mirrored = append(mirrored, topic)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "%s: new source topic, %d partitions: mirroring\n", topic, n)
+				fmt.Fprintf(cfg.Progress, "%s: new source topic, %d partitions: mirroring\n", topic, pr.parts)
 			}
 		}
 	}
@@ -274,15 +278,26 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		gctx, gcancel := context.WithCancel(ectx)
 		gdone := make(chan struct{})
 		defer func() { gcancel(); <-gdone }()
+		resyncEvery := cfg.Resync
+		if resyncEvery <= 0 {
+			resyncEvery = 5 * time.Minute
+		}
 		go func() {
 			defer close(gdone)
 			t := time.NewTicker(interval)
 			defer t.Stop()
+			lastResync := time.Now()
 			for {
 				select {
 				case <-gctx.Done():
 					return
 				case <-t.C:
+					if time.Since(lastResync) >= resyncEvery {
+						lastResync = time.Now()
+						if err := eng.resync(gctx); err != nil && gctx.Err() == nil && cfg.Progress != nil {
+							fmt.Fprintf(cfg.Progress, "sending compacted partitions again: %v\n", err)
+						}
+					}
 					if cfg.TopicRegex != nil {
 						discover(gctx)
 					}
@@ -382,22 +397,28 @@ func tlsDialer(dial func(ctx context.Context, network, addr string) (net.Conn, e
 	}
 }
 
+// prepared is a source topic ready to be mirrored.
+type prepared struct {
+	parts     int32
+	id        [16]byte
+	compacted bool // the source is compacted: each run sends it again from its log start
+}
+
 // prepareTopic checks the source topic and creates the mirror topic through offsetgate (with
-// the mark and the source's settings) when it does not exist; it returns the partition count
-// and the source topic's id.
-func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf int16) (int32, [16]byte, error) {
+// the mark and the source's settings) when it does not exist.
+func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf int16) (prepared, error) {
 	md, err := sadm.Metadata(ctx, topic)
 	if err != nil {
-		return 0, [16]byte{}, fmt.Errorf("source metadata: %w", err)
+		return prepared{}, fmt.Errorf("source metadata: %w", err)
 	}
 	st, ok := md.Topics[topic]
 	if !ok || st.Err != nil {
-		return 0, [16]byte{}, fmt.Errorf("source topic %s: %v", topic, st.Err)
+		return prepared{}, fmt.Errorf("source topic %s: %v", topic, st.Err)
 	}
 	n := int32(len(st.Partitions))
 	rc, err := sadm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
-		return 0, [16]byte{}, fmt.Errorf("source configs of %s: %w", topic, err)
+		return prepared{}, fmt.Errorf("source configs of %s: %w", topic, err)
 	}
 	source := map[string]string{}
 	for _, c := range rc[0].Configs {
@@ -405,22 +426,21 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 			continue
 		}
 		switch c.Key {
-		case "retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes", "message.timestamp.type":
+		case "retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes", "message.timestamp.type",
+			"max.compaction.lag.ms", "delete.retention.ms":
 			source[c.Key] = *c.Value
 		}
 	}
-	if strings.Contains(source["cleanup.policy"], "compact") {
-		return 0, [16]byte{}, fmt.Errorf("source topic %s is compacted: this version mirrors dense topics only", topic)
-	}
+	pr := prepared{parts: n, id: st.ID, compacted: strings.Contains(source["cleanup.policy"], "compact")}
 	pmd, err := padm.Metadata(ctx, topic)
 	if err != nil {
-		return 0, [16]byte{}, fmt.Errorf("offsetgate metadata: %w", err)
+		return prepared{}, fmt.Errorf("offsetgate metadata: %w", err)
 	}
 	if dt, ok := pmd.Topics[topic]; ok && dt.Err == nil {
 		if int32(len(dt.Partitions)) != n {
-			return 0, [16]byte{}, fmt.Errorf("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
+			return prepared{}, fmt.Errorf("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
 		}
-		return n, st.ID, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
+		return pr, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
 	}
 	cfg := map[string]*string{rules.MarkKey: kmsg.StringPtr("true"), rules.SourcePrefix + "topic.id": kmsg.StringPtr(hex.EncodeToString(st.ID[:]))}
 	for k, v := range source {
@@ -428,12 +448,12 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 	}
 	resps, err := padm.CreateTopics(ctx, n, rf, cfg, topic)
 	if err != nil {
-		return 0, [16]byte{}, fmt.Errorf("creating mirror topic %s: %w", topic, err)
+		return prepared{}, fmt.Errorf("creating mirror topic %s: %w", topic, err)
 	}
 	if r := resps[topic]; r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-		return 0, [16]byte{}, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
+		return prepared{}, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
 	}
-	return n, st.ID, nil
+	return pr, nil
 }
 
 func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) error {
@@ -496,8 +516,9 @@ func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, of
 }
 
 // produceAtOffset sends one partition's batches with the magic header to the partition's
-// leader through offsetgate, retrying retriable answers with the same batches.
-func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte) error {
+// leader through offsetgate, retrying retriable answers with the same batches. from is the
+// source offset the batches were fetched from (the header's from offset; -1: none).
+func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64) error {
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		if attempt > 0 {
@@ -532,7 +553,11 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 		req.Topics = append(req.Topics, rt)
 		resp := kmsg.NewPtrProduceResponse()
 		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		err = c.RoundTrip(rctx, req, resp, true)
+		if from >= 0 {
+			err = c.RoundTripFrom(rctx, req, resp, from)
+		} else {
+			err = c.RoundTrip(rctx, req, resp, true)
+		}
 		cancel()
 		if err != nil {
 			conns.discard(c)

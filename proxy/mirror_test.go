@@ -463,7 +463,7 @@ func sendWithMagic(ctx context.Context, t *testing.T, cl *kgo.Client, tc *tls.Co
 			addr = fmt.Sprintf("%s:%d", b.Host, b.Port)
 		}
 	}
-	body := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, req.Version, 9, "forger")
+	body := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, req.Version, 9, "forger", -1)
 	body = req.AppendTo(body)
 	putSize(body)
 	c, err := tls.Dial("tcp", addr, tc)

@@ -283,8 +283,8 @@ func (s *Server) sessionView() session.View {
 
 type mirrorAdapter struct{ w *atoffset.Writer }
 
-func (a mirrorAdapter) Write(ctx context.Context, t catalog.Topic, p int32, records []byte) (int16, string, int64) {
-	r := a.w.Write(ctx, t, p, records)
+func (a mirrorAdapter) Write(ctx context.Context, t catalog.Topic, p int32, records []byte, from int64) (int16, string, int64) {
+	r := a.w.Write(ctx, t, p, records, from)
 	return r.Code, r.Msg, r.BaseOffset
 }
 

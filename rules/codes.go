@@ -15,11 +15,12 @@ var (
 	ErrIllegalSASLState   = kerr.IllegalSaslState.Code         // a SASL step out of order
 
 	// Produce-at-offset answers.
-	ErrInvalidRecord = kerr.InvalidRecord.Code            // a batch this version cannot mirror exactly, or a bad CRC
-	ErrOutOfOrder    = kerr.OutOfOrderSequenceNumber.Code // overlaps what is mirrored with different content, or rewinds
-	ErrFencedEpoch   = kerr.FencedLeaderEpoch.Code        // a lower source leader epoch than already mirrored
-	ErrHalted        = kerr.KafkaStorageError.Code        // the partition is halted (or D holds what offsetgate did not write)
-	ErrOwned         = kerr.PolicyViolation.Code          // another offsetgate instance owns the partition
+	ErrInvalidRecord  = kerr.InvalidRecord.Code            // a batch this version cannot mirror exactly, or a bad CRC
+	ErrOutOfOrder     = kerr.OutOfOrderSequenceNumber.Code // overlaps what is mirrored with different content, or rewinds
+	ErrFencedEpoch    = kerr.FencedLeaderEpoch.Code        // a lower source leader epoch than already mirrored
+	ErrHalted         = kerr.KafkaStorageError.Code        // the partition is halted (or D holds what offsetgate did not write)
+	ErrOwned          = kerr.PolicyViolation.Code          // another offsetgate instance owns the partition
+	ErrInvalidRequest = kerr.InvalidRequest.Code           // a from offset on a request of several partitions
 
 	// Waiting on the destination.
 	ErrTimedOut           = kerr.RequestTimedOut.Code       // the ledger, a lookup or D did not answer in time: retry

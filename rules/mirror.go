@@ -41,6 +41,8 @@ func IsOwnTopic(name string) bool { return strings.HasPrefix(name, OwnTopicPrefi
 var sourceKeys = map[string]bool{
 	"retention.ms": true, "retention.bytes": true, "cleanup.policy": true,
 	"max.message.bytes": true, "message.timestamp.type": true,
+	// Compaction: how long the source's cleaner may wait, and keeps tombstones.
+	"max.compaction.lag.ms": true, "delete.retention.ms": true,
 	// Not a Kafka setting: the source topic's id, so that a mirroring client can tell a
 	// source topic deleted and recreated under the same name from the one it mirrored.
 	"topic.id": true,
@@ -56,6 +58,11 @@ const (
 	DefaultMaxMessageBytes = "1048588"
 	// DefaultSegmentBytes is Kafka's own default segment.bytes.
 	DefaultSegmentBytes = "1073741824"
+	// DefaultDeleteRetentionMs is Kafka's own default delete.retention.ms.
+	DefaultDeleteRetentionMs = 86400000
+	// CompactionMargin is how much later than the source's cleaner must have acted the
+	// destination's may act on the same records (min.compaction.lag.ms, delete.retention.ms).
+	CompactionMargin = 3600000
 )
 
 // Guarded lists the topic settings a mirror topic's exactness depends on. Each is set on the
@@ -65,7 +72,24 @@ const (
 var Guarded = []string{
 	"compression.type", "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
 	"retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes", "segment.bytes",
-	"unclean.leader.election.enable",
+	"unclean.leader.election.enable", "min.compaction.lag.ms", "delete.retention.ms",
+}
+
+// lagPlus is a source's duration setting (ms) plus the compaction margin, or "never" (Kafka's
+// Long.MAX_VALUE) when the source sets no bound.
+func lagPlus(source map[string]string, key string, dflt int64) string {
+	v := dflt
+	if sv, ok := source[key]; ok {
+		n, err := strconv.ParseInt(sv, 10, 64)
+		if err != nil {
+			return maxLong
+		}
+		v = n
+	}
+	if v < 0 || v > 1<<62 {
+		return maxLong
+	}
+	return strconv.FormatInt(v+CompactionMargin, 10)
 }
 
 // pinned is the value a guarded setting gets at creation when the client did not give one.
@@ -96,6 +120,13 @@ func pinned(key string, source map[string]string) string {
 		return DefaultSegmentBytes
 	case "unclean.leader.election.enable":
 		return "false"
+	case "min.compaction.lag.ms":
+		// The destination compacts a record only once the source's cleaner must have: after
+		// the source's max.compaction.lag.ms and a margin (never, when the source sets none).
+		return lagPlus(source, "max.compaction.lag.ms", -1)
+	case "delete.retention.ms":
+		// Tombstones stay on the destination at least as long as on the source.
+		return lagPlus(source, "delete.retention.ms", DefaultDeleteRetentionMs)
 	}
 	return ""
 }
@@ -113,7 +144,7 @@ func DestinationConfigs(in map[string]*string) (out map[string]*string, source m
 		case strings.HasPrefix(k, SourcePrefix):
 			sk := strings.TrimPrefix(k, SourcePrefix)
 			if !sourceKeys[sk] {
-				return nil, nil, fmt.Errorf("unknown source setting %q (known: retention.ms, retention.bytes, cleanup.policy, max.message.bytes, message.timestamp.type, topic.id)", k)
+				return nil, nil, fmt.Errorf("unknown source setting %q (known: retention.ms, retention.bytes, cleanup.policy, max.message.bytes, message.timestamp.type, max.compaction.lag.ms, delete.retention.ms, topic.id)", k)
 			}
 			if v == nil {
 				return nil, nil, fmt.Errorf("%s needs a value", k)
@@ -211,6 +242,10 @@ func ConfigChange(key string, value *string, m *Mark) error {
 	case "segment.bytes":
 		if sv := floor("max.message.bytes"); smaller(v, sv) {
 			return fmt.Errorf("segment.bytes %s on mirror topic %s is smaller than the largest batch it must take (%s)", v, m.Topic, sv)
+		}
+	case "min.compaction.lag.ms", "delete.retention.ms":
+		if sv := pinned(key, m.Source); smaller(v, sv) {
+			return fmt.Errorf("%s %s on mirror topic %s is below %s: the destination's cleaner could remove records before the source's did", key, v, m.Topic, sv)
 		}
 	case "unclean.leader.election.enable":
 		if v != "false" {

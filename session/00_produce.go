@@ -178,7 +178,20 @@ func produceDecide(s *Session, r *request) error {
 		}
 	}
 	if len(writes) > 0 {
-		mirrorWrites(s, r, req, refused, writes)
+		from := int64(-1)
+		if atOffset {
+			from = r.magic.From
+		}
+		if from >= 0 && len(writes) > 1 {
+			// The from offset is one partition's: with several, it would be taken for each.
+			for _, w := range writes {
+				refused = append(refused, refusal{topic: w.topic, topicID: w.topicID, partition: w.partition, code: rules.ErrInvalidRequest,
+					msg: "offsetgate: a from offset in the magic header is for a request of one partition; this one has several (docs/PROTOCOL.md); nothing was written"})
+			}
+			finishRefused(s, r, req, refused)
+			return nil
+		}
+		mirrorWrites(s, r, req, refused, writes, from)
 		return nil
 	}
 	if len(refused) == 0 {
@@ -305,7 +318,7 @@ func promotedOffsets(s *Session, resp *kmsg.ProduceResponse) {
 
 // mirrorWrites runs the produce-at-offset writes off the session's goroutine (partitions in
 // parallel), then answers them with the refusals and forwards whatever else the request held.
-func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []refusal, writes []atOffsetPart) {
+func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []refusal, writes []atOffsetPart, from int64) {
 	// The request was decoded without copying; keep what the asynchronous step needs.
 	req = cloneProduce(req)
 	m := s.cfg.Mirror
@@ -316,7 +329,7 @@ func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []ref
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				code, msg, base := m.Write(ctx, w.info, w.partition, w.records)
+				code, msg, base := m.Write(ctx, w.info, w.partition, w.records, from)
 				results[i] = refusal{topic: w.topic, topicID: w.topicID, partition: w.partition, code: code, msg: msg, base: base}
 			}()
 		}

@@ -311,8 +311,10 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			return true
 		}
 		off += h.Size()
-		if e.Control {
-			// The source's marker, byte for byte, in place of the fillers that hold its offsets.
+		if len(e.Raw) > 0 {
+			// The source's batch, byte for byte, where D holds fillers (a marker) or a dense
+			// copy (a batch compaction left with fewer records than offsets), or where the
+			// source's cleaner changed the batch since it was mirrored.
 			if out == nil {
 				out = append(make([]byte, 0, len(recs)), recs[:keptEnd]...)
 			}
@@ -320,7 +322,8 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			served(e.Src, e.Last)
 			continue
 		}
-		if e.Filler {
+		if e.Filler || e.Gone {
+			// Fillers hold offsets only; a gone batch the source's cleaner removed whole.
 			if out == nil {
 				out = append(make([]byte, 0, len(recs)), recs[:keptEnd]...)
 			}

@@ -47,7 +47,7 @@ func entry(src []byte, d int64) ledger.Entry {
 // index does not know ends the records and marks the index stale.
 func TestRestorePartition(t *testing.T) {
 	a, b, c := srcBatch(100, 3, 5), srcBatch(110, 2, 6), srcBatch(112, 4, 6)
-	filler := batch.Filler(7, 1000, batch.Producer{ID: 7, Sequence: 103})
+	filler := batch.Filler(7, 1000, batch.Producer{ID: 7, Sequence: 103}, false)
 	binary.BigEndian.PutUint64(filler[0:], 3)
 	pv := view.NewPartition([]ledger.Entry{
 		entry(a, 0),
@@ -140,7 +140,7 @@ func abortMarker(base int64, pid int64) []byte {
 func TestRestoreTransactions(t *testing.T) {
 	aborted, marker, plain, open := txnBatch(100, 3, 42), abortMarker(103, 42), srcBatch(104, 2, 5), txnBatch(106, 1, 50)
 	ctl := ledger.Entry{Kind: ledger.KindControl, Src: 103, Last: 103, D: 3, Count: 1, SrcPID: 42, Marker: ledger.MarkerAbort, Raw: marker}
-	filler := batch.Filler(1, 1000, batch.Producer{ID: 7, Sequence: 103})
+	filler := batch.Filler(1, 1000, batch.Producer{ID: 7, Sequence: 103}, false)
 	binary.BigEndian.PutUint64(filler[0:], 3)
 	var d []byte
 	d = append(d, onD(aborted, 0, 2)...)

@@ -81,7 +81,7 @@ func FuzzRequestHeader(f *testing.F) {
 	for _, s := range seedRequests() {
 		f.Add(s[4:])
 	}
-	f.Add(magic.AppendHeader(nil, 0, 11, 5, "mirror"))
+	f.Add(magic.AppendHeader(nil, 0, 11, 5, "mirror", -1))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := parseReqHeader(p)
 		if err != nil {

@@ -15,7 +15,7 @@ func TestMagicHeaderStripped(t *testing.T) {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(11)
 	req.Acks = -1
-	frame := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, 11, 42, "mirror")
+	frame := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, 11, 42, "mirror", -1)
 	frame = req.AppendTo(frame)
 	putLen(frame)
 	h, err := parseReqHeader(frame[4:])

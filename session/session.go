@@ -121,8 +121,9 @@ type View interface {
 // calls it from its asynchronous step, never from its own goroutine.
 type Mirror interface {
 	// Write mirrors one partition's source batches; code 0 means written (or an exact retry),
-	// and base is then the source offset of the first batch.
-	Write(ctx context.Context, t catalog.Topic, partition int32, records []byte) (code int16, msg string, base int64)
+	// and base is then the source offset of the first batch. from is the source offset the
+	// request continues from (the magic header's; -1: not given).
+	Write(ctx context.Context, t catalog.Topic, partition int32, records []byte, from int64) (code int16, msg string, base int64)
 }
 
 // Catalog is what the session asks about the destination's topics (package catalog).

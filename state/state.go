@@ -88,7 +88,32 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 	st.View = view.New(run, st.Ledger, st.cl, cfg.Log.Named("view"))
 	// Warm every mirror topic's source view, so the first requests for them do not wait.
 	st.View.Prefetch(cat.Mirrors())
-	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Instance: cfg.Instance, Dial: cfg.Dial, OnEntries: st.View.Record},
+	// A batch sent again from a compacted source's log start is compared with what the source
+	// view holds of it (the writer keeps only the latest entries in memory).
+	partView := func(id catalog.TopicID, partition int32) *view.Partition {
+		pv := st.View.Get(id, partition)
+		if pv == nil || pv.NeedsRefresh() {
+			t, _ := cat.ByID(id)
+			var err error
+			if pv, err = st.View.Load(run, t, partition); err != nil {
+				return nil
+			}
+		}
+		return pv
+	}
+	find := func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool) {
+		if pv := partView(id, partition); pv != nil {
+			return pv.BySrc(src)
+		}
+		return ledger.Entry{}, false
+	}
+	between := func(id catalog.TopicID, partition int32, from, to int64) []ledger.Entry {
+		if pv := partView(id, partition); pv != nil {
+			return pv.Batches(from, to)
+		}
+		return nil
+	}
+	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Instance: cfg.Instance, Dial: cfg.Dial, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
 	return st, nil
 }

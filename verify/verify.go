@@ -287,9 +287,14 @@ func compare(ctx context.Context, cfg Config, r *Result) error {
 }
 
 // committedView reads one side at read_committed over [from, to): its last stable offset and
-// the aborted transactions it names ("producer@first"), as a consumer would be told them.
+// the aborted transactions it names, as a consumer would act on them ("producer@offset": the
+// first record of the producer that the entry hides). An entry that hides no record is left
+// out: the source's transaction index keeps entries whose records its cleaner removed (with
+// the first offset as written, which a mirror of what is left cannot know), and a consumer
+// skips nothing for them on either side.
 func committedView(ctx context.Context, rd *rawread.Reader, from, to int64, maxBytes int32) (int64, map[string]bool, error) {
-	aborted := map[string]bool{}
+	var entries []kmsg.FetchResponseTopicPartitionAbortedTransaction
+	var hs []batch.Header
 	next, lso := from, int64(-1)
 	for {
 		sets, c, err := rd.FetchCommitted(ctx, next, maxBytes)
@@ -299,17 +304,44 @@ func committedView(ctx context.Context, rd *rawread.Reader, from, to int64, maxB
 		lso = c.LastStable
 		for _, a := range c.Aborted {
 			if a.FirstOffset < to {
-				aborted[fmt.Sprintf("%d@%d", a.ProducerID, a.FirstOffset)] = true
+				entries = append(entries, a)
 			}
 		}
-		if len(sets) == 0 {
-			return lso, aborted, nil
+		for _, b := range sets {
+			hs = append(hs, mustHeader(b))
 		}
-		next = mustHeader(sets[len(sets)-1]).LastOffset() + 1
+		if len(sets) == 0 {
+			break
+		}
+		next = hs[len(hs)-1].LastOffset() + 1
 		if next >= min(to, lso) {
-			return lso, aborted, nil
+			break
 		}
 	}
+	aborted := map[string]bool{}
+	for _, a := range entries {
+		if at, ok := hides(hs, a.ProducerID, a.FirstOffset); ok {
+			aborted[fmt.Sprintf("%d@%d", a.ProducerID, at)] = true
+		}
+	}
+	return lso, aborted, nil
+}
+
+// hides finds the first record an aborted-transaction entry hides: the first data batch of the
+// producer at or after first, before the producer's next marker.
+func hides(hs []batch.Header, pid, first int64) (int64, bool) {
+	for _, h := range hs {
+		if h.ProducerID != pid || h.LastOffset() < first {
+			continue
+		}
+		if h.Attributes&batch.AttrControl != 0 {
+			return 0, false // the transaction's marker: nothing of it is left
+		}
+		if h.RecordCount > 0 {
+			return max(first, h.BaseOffset), true
+		}
+	}
+	return 0, false
 }
 
 // compareCommitted compares what read_committed consumers are told on both sides over the

@@ -49,9 +49,14 @@ type Entry struct {
 	SrcSeq    int32
 
 	// A control batch (a transaction marker): D holds fillers at its offsets, and Raw is the
-	// source batch to serve in their place.
+	// source batch to serve in their place. Raw is also set for a gappy or empty batch
+	// (compaction; D holds a dense copy) and for a batch the source's cleaner changed since.
 	Control bool
 	Raw     []byte
+	Records int32 // the source batch's record count (0: not recorded)
+	// Gone: the source's cleaner removed the whole batch since it was mirrored; nothing of it
+	// is served.
+	Gone bool
 }
 
 // end is the destination offset after the entry.
@@ -103,6 +108,10 @@ func (p *Partition) add(es []ledger.Entry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, le := range es {
+		if le.Kind == ledger.KindRewrite {
+			p.rewriteLocked(le)
+			continue
+		}
 		if !le.Data() {
 			continue
 		}
@@ -117,9 +126,10 @@ func (p *Partition) add(es []ledger.Entry) {
 				p.epochs = append(p.epochs, epochStart{e.Epoch, e.Src})
 			}
 		}
+		e.Records, e.Raw = le.Records, le.Raw
 		switch {
 		case le.Kind == ledger.KindControl:
-			e.Control, e.Raw = true, le.Raw
+			e.Control = true
 			first, ok := p.open[le.SrcPID]
 			if !ok {
 				first = le.Src // its data lies before the mirror's start: nothing here to hide
@@ -138,6 +148,55 @@ func (p *Partition) add(es []ledger.Entry) {
 		}
 		p.entries = append(p.entries, e)
 	}
+}
+
+// rewriteLocked applies a compaction rewrite to the entry of its batch.
+func (p *Partition) rewriteLocked(le ledger.Entry) {
+	i := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].Src >= le.Src })
+	if i < len(p.entries) && p.entries[i].Src == le.Src && !p.entries[i].Filler {
+		e := &p.entries[i]
+		if le.Gone {
+			e.Gone, e.Raw = true, nil
+			return
+		}
+		e.Raw, e.CRC, e.Len, e.Attrs, e.MaxTS, e.Records = le.Raw, le.CRC, le.Len, le.Attrs, le.MaxTS, le.Records
+	}
+}
+
+// Batches lists the mirrored batches and markers (not fillers, not gone) that start at source
+// offsets in [from, to), as ledger entries.
+func (p *Partition) Batches(from, to int64) []ledger.Entry {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var out []ledger.Entry
+	for i := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].Src >= from }); i < len(p.entries) && p.entries[i].Src < to; i++ {
+		if e := p.entries[i]; !e.Filler && !e.Gone {
+			kind := ledger.KindBatch
+			if e.Control {
+				kind = ledger.KindControl
+			}
+			out = append(out, ledger.Entry{Kind: kind, Src: e.Src, Last: e.Last, D: e.D, Count: e.Count})
+		}
+	}
+	return out
+}
+
+// BySrc returns the mirrored batch (not a filler) that starts at source offset src, as a ledger
+// entry: what a writer compares a batch sent again with.
+func (p *Partition) BySrc(src int64) (ledger.Entry, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	i := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].Src >= src })
+	if i == len(p.entries) || p.entries[i].Src != src || p.entries[i].Filler || p.entries[i].Gone {
+		return ledger.Entry{}, false
+	}
+	e := p.entries[i]
+	kind := ledger.KindBatch
+	if e.Control {
+		kind = ledger.KindControl
+	}
+	return ledger.Entry{Kind: kind, Src: e.Src, Last: e.Last, D: e.D, Count: e.Count, Epoch: e.Epoch, CRC: e.CRC, Len: e.Len,
+		Attrs: e.Attrs, MaxTS: e.MaxTS, SrcPID: e.SrcPID, SrcPEpoch: e.SrcPEpoch, SrcSeq: e.SrcSeq, Records: e.Records}, true
 }
 
 // LastStable is the first offset of the earliest source transaction still open, or -1 when

@@ -71,11 +71,31 @@ func (w *Conn) Close() error { return w.c.Close() }
 // RoundTrip sends req at its set version and reads resp. With magic, the request header
 // carries the produce-at-offset tag (flexible versions only).
 func (w *Conn) RoundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Response, magic bool) error {
+	from := noTag
+	if magic {
+		from = -1
+	}
+	return w.roundTrip(ctx, req, resp, from)
+}
+
+// RoundTripFrom is RoundTrip with the produce-at-offset tag giving the source offset the
+// request's one partition continues from (docs/PROTOCOL.md).
+func (w *Conn) RoundTripFrom(ctx context.Context, req kmsg.Request, resp kmsg.Response, from int64) error {
+	if from < 0 {
+		return fmt.Errorf("from offset %d is negative", from)
+	}
+	return w.roundTrip(ctx, req, resp, from)
+}
+
+// noTag (as a from offset): no magic tag at all; -1: the tag without a from offset.
+const noTag int64 = -2
+
+func (w *Conn) roundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Response, from int64) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = w.c.SetDeadline(dl)
 		defer func() { _ = w.c.SetDeadline(time.Time{}) }()
 	}
-	corr, err := w.send(req, magic)
+	corr, err := w.send(req, from)
 	if err != nil {
 		return err
 	}
@@ -92,7 +112,7 @@ func (w *Conn) Pipeline(ctx context.Context, reqs []kmsg.Request, resps []kmsg.R
 	}
 	corrs := make([]int32, len(reqs))
 	for i, r := range reqs {
-		c, err := w.send(r, false)
+		c, err := w.send(r, noTag)
 		if err != nil {
 			return err
 		}
@@ -106,14 +126,14 @@ func (w *Conn) Pipeline(ctx context.Context, reqs []kmsg.Request, resps []kmsg.R
 	return nil
 }
 
-func (w *Conn) send(req kmsg.Request, withMagic bool) (int32, error) {
+func (w *Conn) send(req kmsg.Request, from int64) (int32, error) {
 	w.corr++
 	var b []byte
-	if withMagic {
+	if from != noTag {
 		if !req.IsFlexible() {
 			return 0, fmt.Errorf("the magic header needs a flexible request version; %s v%d is not", kmsg.NameForKey(req.Key()), req.GetVersion())
 		}
-		b = magic.AppendHeader([]byte{0, 0, 0, 0}, req.Key(), req.GetVersion(), w.corr, w.clientID)
+		b = magic.AppendHeader([]byte{0, 0, 0, 0}, req.Key(), req.GetVersion(), w.corr, w.clientID, from)
 		b = req.AppendTo(b)
 		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	} else {

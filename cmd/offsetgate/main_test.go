@@ -68,6 +68,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"mirror", "--source", "a:1", "--proxy", "b:2"}, "--topics or --topic-regex"},
 		{[]string{"mirror", "--source", "a:1", "--proxy", "b:2", "--topic-regex", "("}, "--topic-regex"},
 		{[]string{"mirror", "--source", "a:1", "--proxy", "b:2", "--topics", "t", "--progress", "fancy"}, `--progress "fancy"`},
+		{[]string{"mirror", "--source", "a:1", "--proxy", "b:2", "--topics", "t", "--resync", "2h"}, "--resync must be"},
 	} {
 		code, _, errs := run(c.args...)
 		if code != 2 || !strings.Contains(errs, c.want) {

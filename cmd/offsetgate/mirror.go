@@ -47,6 +47,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	parallel := fs.Int("parallel", 4, "produce-at-offset writes in flight at once (and connections to each offsetgate broker); every partition is mirrored whatever its value")
 	groups := fs.String("groups", "", "copy the committed offsets of source consumer groups matching this regular expression")
 	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied, the source's log start is followed and --topic-regex is looked at again, while following")
+	resync := fs.Duration("resync", 5*time.Minute, "how often a following run sends compacted topics again from the source's log start, so offsetgate records what the source's cleaner removed since (at most 30m: the destination compacts an hour after the source must have)")
 	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
 	caFile := fs.String("tls-ca", "", "CA bundle to verify offsetgate's certificate (turns TLS on)")
 	certFile := fs.String("tls-cert", "", "client certificate for offsetgate (mTLS identity)")
@@ -68,12 +69,16 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "offsetgate mirror: --parallel must be at least 1")
 		return exitUsage
 	}
+	if *resync <= 0 || *resync > 30*time.Minute {
+		fmt.Fprintln(stderr, "offsetgate mirror: --resync must be more than 0 and at most 30m")
+		return exitUsage
+	}
 	if *source == "" || *proxyAddr == "" || (*topics == "" && *topicRegex == "") {
 		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topics or --topic-regex are required")
 		return exitUsage
 	}
 	cfg := mirror.Config{Source: strings.Split(*source, ","), Proxy: strings.Split(*proxyAddr, ","),
-		MaxBytes: int32(*maxBytes), Parallel: *parallel,
+		MaxBytes: int32(*maxBytes), Parallel: *parallel, Resync: *resync,
 		ReplicationFactor: int16(*rf), Progress: stdout}
 	if *topics != "" {
 		cfg.Topics = strings.Split(*topics, ",")

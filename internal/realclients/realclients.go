@@ -173,12 +173,29 @@ func KcatProduce(ctx context.Context, bootstrap, topic string, count int, prefix
 
 // KcatConsume reads count records from the beginning with kcat.
 func KcatConsume(ctx context.Context, bootstrap, topic string, count int) ([]Record, error) {
+	// Tab-separated: an empty key or value (a tombstone) is an empty field, not a missing one.
 	out, err := run(ctx, "kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-c", strconv.Itoa(count),
-		"-e", "-q", "-f", "%p %o -1 %k %s\n")
+		"-e", "-q", "-f", "%p\t%o\t%k\t%s\n")
 	if err != nil {
 		return nil, err
 	}
-	return parse(out)
+	var recs []Record
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.SplitN(line, "\t", 4)
+		if len(f) != 4 {
+			return nil, fmt.Errorf("realclients: bad kcat line %q", line)
+		}
+		p, err1 := strconv.ParseInt(f[0], 10, 32)
+		o, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("realclients: bad kcat line %q", line)
+		}
+		recs = append(recs, Record{Partition: int32(p), Offset: o, Epoch: -1, Key: f[2], Value: f[3]})
+	}
+	return recs, nil
 }
 
 func parse(out string) ([]Record, error) {
