@@ -139,6 +139,13 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		run = mirror.Once
 	}
 	sum, err := run(ctx, cfg)
+	var ie *mirror.InputError
+	if errors.As(err, &ie) {
+		// Refused before anything started: there is no summary to show.
+		fmt.Fprintln(stderr, "offsetgate mirror:", err)
+		fmt.Fprintln(stderr, "offsetgate mirror: nothing was written")
+		return exitUsage
+	}
 	mirror.SortSummary(&sum)
 	var batches, records, bytes int64
 	for _, p := range sum.Partitions {
@@ -150,11 +157,6 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		len(sum.Partitions), batches, records, bytes, sum.Elapsed.Round(time.Millisecond))
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate mirror:", err)
-		var ie *mirror.InputError
-		if errors.As(err, &ie) {
-			fmt.Fprintln(stderr, "offsetgate mirror: nothing was written")
-			return exitUsage
-		}
 		return exitMirror
 	}
 	return exitOK

@@ -57,12 +57,31 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		defer src.Close()
 	}
+	checks := []func() error{func() error {
+		return mirror.CheckOffsetgate(ctx, px, strings.Split(*proxyAddr, ","), strings.Split(*source, ","))
+	}}
+	if src != nil {
+		checks = append(checks, func() error { return mirror.Reachable(ctx, src, "the source cluster", strings.Split(*source, ",")) })
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			fmt.Fprintln(stderr, "offsetgate status:", err)
+			return 2
+		}
+	}
 	st, err := mirror.Status(ctx, px, src)
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate status:", err)
 		return 1
 	}
+	if len(st) == 0 && !*asJSON {
+		fmt.Fprintf(stdout, "no mirror topics through offsetgate at %s yet (offsetgate mirror creates them)\n", *proxyAddr)
+		return 0
+	}
 	if *asJSON {
+		if st == nil {
+			st = []mirror.PartitionStatus{} // [], not null
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(st)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"offsetgate/mirror"
 	"offsetgate/verify"
 )
 
@@ -81,6 +82,19 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return verifyError
 	}
 	defer src.Close()
+	// A wrong address, a topic that is not mirrored (yet) or not a mirror topic are said as
+	// such, not as a difference or an offset lookup that failed.
+	pxAddrs, srcAddrs := strings.Split(*proxyAddr, ","), strings.Split(*source, ",")
+	for _, check := range []func() error{
+		func() error { return mirror.Reachable(ctx, src, "the source cluster", srcAddrs) },
+		func() error { return mirror.CheckOffsetgate(ctx, px, pxAddrs, srcAddrs) },
+		func() error { return mirrorTopic(ctx, src, px, *topic) },
+	} {
+		if err := check(); err != nil {
+			fmt.Fprintln(stderr, "offsetgate verify:", err)
+			return verifyError
+		}
+	}
 	cfg := verify.Config{Source: src, Proxy: px, Topic: *topic, Level: verify.Level(*level)}
 	if *partition >= 0 {
 		cfg.Partitions = []int32{int32(*partition)}
