@@ -50,7 +50,7 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			return out, fmt.Errorf("describing group %s through offsetgate: %w", g, err)
 		}
 		if d, ok := dd[g]; ok && len(d.Members) > 0 {
-			gc.Skipped = fmt.Sprintf("%d active members on the destination", len(d.Members))
+			gc.Skipped = fmt.Sprintf("active on the destination (members: %d)", len(d.Members))
 			out = append(out, gc)
 			continue
 		}
