@@ -62,7 +62,11 @@ func TestWorkedExample(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	og, err := ports.Block(4) // the bootstrap listener, then the brokers' (node ids 1 and 2)
+	og, err := ports.Block(4) // a bootstrap listener, then its brokers' (node ids 1 and 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ogMirror, err := ports.Block(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +83,7 @@ func TestWorkedExample(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), testkafka.EnvVar+"="+state, "OFFSETGATE_KAFKA_LIBS="+libs,
-		"OG_PORT="+strconv.Itoa(og), "ADMIN_PORT="+strconv.Itoa(admin),
+		"OG_PORT="+strconv.Itoa(og), "MIRROR_PORT="+strconv.Itoa(ogMirror), "ADMIN_PORT="+strconv.Itoa(admin),
 		"TOPIC="+testkafka.Names(t, "orders"), "GROUP="+testkafka.Names(t, "billing"))
 	// The example starts offsetgate in the background and runs JVMs: all of them are in the
 	// shell's process group, ended with it whatever happens.
