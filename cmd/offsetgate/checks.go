@@ -33,7 +33,7 @@ func mirrorTopic(ctx context.Context, src, px *kgo.Client, topic string) error {
 		return fmt.Errorf("metadata through offsetgate: %w", err)
 	}
 	if t, ok := md.Topics[topic]; !ok || errors.Is(t.Err, kerr.UnknownTopicOrPartition) {
-		return fmt.Errorf("topic %s is %w on the destination: run offsetgate mirror --topic %s first", topic, errNotMirrored, topic)
+		return fmt.Errorf("topic %s is %w: run offsetgate mirror --topic %s first (the destination has no topic of that name)", topic, errNotMirrored, topic)
 	}
 	rc, err := padm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {

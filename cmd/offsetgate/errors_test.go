@@ -61,7 +61,7 @@ func TestVerifyNotAMirror(t *testing.T) {
 	produce(ctx, t, e.pair.Source.Addrs(), plain, "source")
 	produce(ctx, t, e.pair.Dest.Addrs(), plain, "destination")
 	for _, c := range []struct{ topic, want string }{
-		{never, "is not mirrored yet on the destination: run offsetgate mirror --topic " + never},
+		{never, "is not mirrored yet: run offsetgate mirror --topic " + never},
 		{plain, "is not a mirror topic on the destination"},
 		{prefix + "-nowhere", "does not exist on the source cluster"},
 	} {
