@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // GroupCopy is what one pass of copying group offsets did.
@@ -50,7 +51,7 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			return out, fmt.Errorf("describing group %s through offsetgate: %w", g, err)
 		}
 		if d, ok := dd[g]; ok && len(d.Members) > 0 {
-			gc.Skipped = fmt.Sprintf("%d active members on the destination", len(d.Members))
+			gc.Skipped = fmt.Sprintf("active on the destination (members: %d)", len(d.Members))
 			out = append(out, gc)
 			continue
 		}
@@ -58,7 +59,7 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 		if err != nil {
 			return out, fmt.Errorf("offsets of group %s on the source: %w", g, err)
 		}
-		do, err := padm.FetchOffsets(ctx, g)
+		do, err := destOffsets(ctx, px, g, ends)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			// Some brokers answer so for a group that never committed there: nothing yet.
 			do, err = kadm.OffsetResponses{}, nil
@@ -102,6 +103,45 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			})
 		}
 		out = append(out, gc)
+	}
+	return out, nil
+}
+
+// destOffsets is a group's committed offsets through offsetgate for the mirrored partitions
+// only: an OffsetFetch of every topic of the group would have offsetgate load the source view
+// of every mirror topic first (all of them may be in the answer), which on a destination with
+// many mirror topics can outlast the request.
+func destOffsets(ctx context.Context, px *kgo.Client, group string, parts kadm.ListedOffsets) (kadm.OffsetResponses, error) {
+	byTopic := map[string][]int32{}
+	parts.Each(func(o kadm.ListedOffset) { byTopic[o.Topic] = append(byTopic[o.Topic], o.Partition) })
+	req := kmsg.NewPtrOffsetFetchRequest()
+	rg := kmsg.NewOffsetFetchRequestGroup()
+	rg.Group = group
+	for t, ps := range byTopic {
+		rt := kmsg.NewOffsetFetchRequestGroupTopic()
+		rt.Topic, rt.Partitions = t, ps
+		rg.Topics = append(rg.Topics, rt)
+	}
+	req.Groups = append(req.Groups, rg)
+	resp, err := req.RequestWith(ctx, px)
+	if err != nil {
+		return nil, err
+	}
+	out := kadm.OffsetResponses{}
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			return nil, err
+		}
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				o := kadm.OffsetResponse{Offset: kadm.Offset{Topic: t.Topic, Partition: p.Partition, At: p.Offset, LeaderEpoch: p.LeaderEpoch},
+					Err: kerr.ErrorForCode(p.ErrorCode)}
+				if p.Metadata != nil {
+					o.Metadata = *p.Metadata
+				}
+				out.Add(o)
+			}
+		}
 	}
 	return out, nil
 }

@@ -154,6 +154,15 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	defer px.Close()
 	sadm, padm := kadm.NewClient(src), kadm.NewClient(px)
 
+	// A wrong or unreachable address is reported at once, before anything else: the retries
+	// below are for a long run's lost connections, not for a cluster that never answered.
+	if err := Reachable(ctx, src, "the source cluster", cfg.Source); err != nil {
+		return Summary{}, &InputError{err}
+	}
+	if err := CheckOffsetgate(ctx, px, cfg.Proxy, cfg.Source); err != nil {
+		return Summary{}, &InputError{err}
+	}
+
 	type job struct {
 		topic string
 		prepared
@@ -353,16 +362,40 @@ type InputError struct{ Err error }
 func (e *InputError) Error() string { return e.Err.Error() }
 func (e *InputError) Unwrap() error { return e.Err }
 
+// refusal is an error that asking again cannot change (a topic that is not a mirror topic, a
+// partition count that differs): retry returns it at once.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// refuse marks an error as a refusal.
+func refuse(format string, a ...any) error { return &refusal{fmt.Errorf(format, a...)} }
+
+// briefly marks an error that is asked about again only during retry's first second: a source
+// topic created a moment ago may not be known to every broker yet, one that is missing is
+// reported at once.
+type briefly struct{ err error }
+
+func (b *briefly) Error() string { return b.err.Error() }
+func (b *briefly) Unwrap() error { return b.err }
+
 // retry runs an administrative call again after connection failures (a lost connection to
 // offsetgate or the source must not end a long mirroring run); refusals are not retried.
 func retry(ctx context.Context, fn func() error) error {
 	var err error
+	start := time.Now()
 	for attempt := 0; attempt < 8; attempt++ {
 		if err = fn(); err == nil {
 			return nil
 		}
 		var ke *kerr.Error
-		if errors.As(err, &ke) && !ke.Retriable {
+		var rf *refusal
+		var br *briefly
+		switch {
+		case errors.As(err, &rf), errors.As(err, &ke) && !ke.Retriable:
+			return err
+		case errors.As(err, &br) && time.Since(start) > time.Second:
 			return err
 		}
 		select {
@@ -412,8 +445,11 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		return prepared{}, fmt.Errorf("source metadata: %w", err)
 	}
 	st, ok := md.Topics[topic]
-	if !ok || st.Err != nil {
-		return prepared{}, fmt.Errorf("source topic %s: %v", topic, st.Err)
+	switch {
+	case !ok || errors.Is(st.Err, kerr.UnknownTopicOrPartition):
+		return prepared{}, &briefly{fmt.Errorf("source topic %s does not exist on the source cluster", topic)}
+	case st.Err != nil:
+		return prepared{}, fmt.Errorf("source topic %s: %w", topic, st.Err)
 	}
 	n := int32(len(st.Partitions))
 	rc, err := sadm.DescribeTopicConfigs(ctx, topic)
@@ -438,7 +474,7 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 	}
 	if dt, ok := pmd.Topics[topic]; ok && dt.Err == nil {
 		if int32(len(dt.Partitions)) != n {
-			return prepared{}, fmt.Errorf("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
+			return prepared{}, refuse("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
 		}
 		return pr, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
 	}
@@ -451,6 +487,9 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		return prepared{}, fmt.Errorf("creating mirror topic %s: %w", topic, err)
 	}
 	if r := resps[topic]; r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+		if errors.Is(r.Err, kerr.TopicAuthorizationFailed) {
+			return prepared{}, fmt.Errorf("offsetgate refused to create mirror topic %s: %w (%s); approve this run's identity (its client certificate or SASL user) for the topic in offsetgate's mirroring.clients", topic, r.Err, r.ErrMessage)
+		}
 		return prepared{}, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
 	}
 	return pr, nil
@@ -471,10 +510,10 @@ func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) e
 		}
 	}
 	if !marked {
-		return fmt.Errorf("topic %s exists on the destination and is not a mirror topic; nothing was written", topic)
+		return refuse("topic %s exists on the destination and is not a mirror topic (it was not created by offsetgate mirror, or it was promoted)", topic)
 	}
 	if mirroredID != "" && mirroredID != sourceID {
-		return fmt.Errorf("%w: source topic %s has id %s, the mirror was made from %s (deleted and recreated); nothing was written", ErrSourceBackwards, topic, sourceID, mirroredID)
+		return refuse("%w: source topic %s has id %s, the mirror was made from %s (deleted and recreated)", ErrSourceBackwards, topic, sourceID, mirroredID)
 	}
 	return nil
 }

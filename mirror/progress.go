@@ -23,6 +23,7 @@ type partStats struct {
 	records   atomic.Int64
 	bytes     atomic.Int64
 	state     atomic.Value // string: "", "done", or the error that stopped the partition
+	added     time.Time    // when the run took the partition (records counts from there)
 }
 
 // tracker holds every partition's stats and reports them: a live table on a terminal, a line per
@@ -56,7 +57,7 @@ func newTracker(reg prometheus.Registerer) *tracker {
 }
 
 func (t *tracker) add(topic string, partition int32) *partStats {
-	p := &partStats{topic: topic, partition: partition}
+	p := &partStats{topic: topic, partition: partition, added: time.Now()}
 	p.offset.Store(-1)
 	p.sourceEnd.Store(-1)
 	p.state.Store("")
@@ -153,10 +154,18 @@ func (t *tracker) report(w io.Writer, live bool, interval time.Duration, tick <-
 		}
 		for _, p := range parts {
 			s := snapshot{p.records.Load(), p.bytes.Load(), now}
+			// What was mirrored since the last report (or since the partition was taken,
+			// for its first): the count, and the rate over that time.
+			q, ok := prev[p]
+			if !ok {
+				q = snapshot{at: p.added}
+			}
+			since := now.Sub(q.at)
+			n := s.records - q.records
 			rr, br := 0.0, 0.0
-			if q, ok := prev[p]; ok && now.Sub(q.at) > 0 {
-				rr = float64(s.records-q.records) / now.Sub(q.at).Seconds()
-				br = float64(s.bytes-q.bytes) / now.Sub(q.at).Seconds() / 1e6
+			if since > 0 {
+				rr = float64(n) / since.Seconds()
+				br = float64(s.bytes-q.bytes) / since.Seconds() / 1e6
 			}
 			prev[p] = s
 			state := p.state.Load().(string)
@@ -171,8 +180,8 @@ func (t *tracker) report(w io.Writer, live bool, interval time.Duration, tick <-
 			case live:
 				fmt.Fprintf(&b, "%-40s %12s %12s %10s %12s %10s  not started: %s\n", name, "-", "-", "-", "-", "-", state)
 			case known:
-				fmt.Fprintf(&b, "%s: mirrored to %d, source end %d, lag %d, %.0f records/s, %.1f MB/s, %s\n",
-					name, p.offset.Load(), p.sourceEnd.Load(), lag, rr, br, state)
+				fmt.Fprintf(&b, "%s: mirrored to %d, source end %d, lag %d, %d records in the last %s (%.0f records/s, %.1f MB/s), %s\n",
+					name, p.offset.Load(), p.sourceEnd.Load(), lag, n, roundSince(since), rr, br, state)
 			default:
 				fmt.Fprintf(&b, "%s: not started: %s\n", name, state)
 			}
@@ -181,4 +190,12 @@ func (t *tracker) report(w io.Writer, live bool, interval time.Duration, tick <-
 		drawn = lines
 		_, _ = io.WriteString(w, b.String())
 	}
+}
+
+// roundSince shows an interval as the reports' clock saw it: whole seconds from a second up.
+func roundSince(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(10 * time.Millisecond)
 }

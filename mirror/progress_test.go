@@ -101,3 +101,36 @@ func TestTrackerUnknownEnds(t *testing.T) {
 		}
 	}
 }
+
+// A following run's lines say how many records were mirrored since the last line (the first
+// line: since the partition was taken), never 0 while records were mirrored.
+func TestTrackerLinesCountTheInterval(t *testing.T) {
+	tr := newTracker(nil)
+	p := tr.add("orders", 0)
+	p.added = time.Now().Add(-10 * time.Second)
+	p.offset.Store(0)
+	p.sourceEnd.Store(500)
+	var out syncBuf
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	tick := make(chan time.Time)
+	go func() { tr.report(&out, false, 10*time.Second, tick, stop); close(done) }()
+	p.records.Store(300)
+	p.offset.Store(300)
+	t0 := time.Now()
+	tick <- t0
+	p.records.Store(500)
+	p.offset.Store(500)
+	tick <- t0.Add(10 * time.Second)
+	close(stop)
+	<-done
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want two lines:\n%s", out.String())
+	}
+	for i, want := range []string{"300 records in the last 10s (30 records/s", "200 records in the last 10s (20 records/s"} {
+		if !strings.Contains(lines[i], want) {
+			t.Fatalf("line %d %q lacks %q", i, lines[i], want)
+		}
+	}
+}

@@ -53,6 +53,9 @@ func (p PartitionStatus) State() string {
 // own topics; only writes are refused) and, when a source client is given, the source's ends.
 func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionStatus, error) {
 	marks, err := readTopic(ctx, px, catalog.MarksTopic, 0)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return nil, fmt.Errorf("offsetgate lets only approved mirroring clients read the mirror marks (%s): give the identity of one (--tls-cert and --tls-key, or --sasl-*)", catalog.MarksTopic)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading mirror marks: %w", err)
 	}

@@ -34,8 +34,21 @@ func newBrokers(cfg *Config, log *zap.Logger, opts []kgo.Opt) *brokers {
 	return &brokers{cfg: cfg, log: log, opts: opts, real: map[int32]string{}, seen: make(chan struct{}, 1), ready: make(chan struct{})}
 }
 
-// Broker implements session.Addresses: it records the real address and returns the proxy's.
-func (b *brokers) Broker(node int32, host string, port int32) (string, int32) {
+// listenerAddresses is session.Addresses for the clients of one listener: they are told the
+// listener's own advertised host and broker ports, as a Kafka broker advertises each listener.
+type listenerAddresses struct {
+	b *brokers
+	l ListenerConfig
+}
+
+// Broker records the real address and returns the listener's.
+func (a listenerAddresses) Broker(node int32, host string, port int32) (string, int32) {
+	a.b.seenAt(node, host, port)
+	return a.l.AdvertiseHost(), int32(a.l.BrokerPort(node))
+}
+
+// seenAt records a broker's real address, as an answer gave it.
+func (b *brokers) seenAt(node int32, host string, port int32) {
 	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
 	b.mu.RLock()
 	known := b.real[node] == addr
@@ -43,7 +56,6 @@ func (b *brokers) Broker(node int32, host string, port int32) (string, int32) {
 	if !known {
 		b.learn(node, addr)
 	}
-	return b.cfg.AdvertiseHost(), int32(b.cfg.BrokerPort(node))
 }
 
 func (b *brokers) learn(node int32, addr string) {

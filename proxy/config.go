@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +20,10 @@ import (
 
 // Config is offsetgate serve's configuration (YAML; see examples/offsetgate.yaml).
 type Config struct {
+	// Listeners are the named listeners (listeners.go). A configuration with one listener may
+	// describe it with Listen, Advertise, BrokerPorts and TLS.Listener instead: it is the
+	// listener named "default".
+	Listeners []ListenerConfig `yaml:"listeners"`
 	// Listen is the bootstrap listener, host:port. Broker node N gets port+1+N on the same host
 	// unless BrokerPorts names a port for it.
 	Listen string `yaml:"listen"`
@@ -66,7 +69,8 @@ type Config struct {
 	Log    LogConfig `yaml:"log"`
 }
 
-// TLSConfig turns TLS on for clients (Listener) and towards the destination (Upstream).
+// TLSConfig turns TLS on for clients of the single listener (Listener; with `listeners`, each
+// has its own) and towards the destination (Upstream).
 type TLSConfig struct {
 	Listener *ogtls.ServerConfig `yaml:"listener"`
 	Upstream ogtls.ClientConfig  `yaml:"upstream"`
@@ -122,7 +126,7 @@ const minHeldBytes = 4 * budgetFloor
 func (c *Config) Defaults() {
 	if c.Transport == "" {
 		c.Transport = "gnet"
-		if c.TLS.Listener != nil || c.TLS.Upstream.Enabled {
+		if c.anyTLSListener() || c.TLS.Upstream.Enabled {
 			c.Transport = "goroutine"
 		}
 	}
@@ -174,24 +178,13 @@ func (c *Config) Validate() error {
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("config key %q: %s", key, fmt.Sprintf(format, a...)))
 	}
-	if c.Listen == "" {
-		bad("listen", "required (host:port of the bootstrap listener)")
-	} else if _, p, err := net.SplitHostPort(c.Listen); err != nil {
-		bad("listen", "%v", err)
-	} else if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
-		bad("listen", "port %q must be 1-65535 (port 0 cannot number the broker listeners)", p)
-	}
+	errs = append(errs, c.validateListeners(bad)...)
 	if len(c.Bootstrap) == 0 {
 		bad("bootstrap", "required: at least one destination broker host:port")
 	}
 	for i, b := range c.Bootstrap {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			bad(fmt.Sprintf("bootstrap[%d]", i), "%v", err)
-		}
-	}
-	for id, p := range c.BrokerPorts {
-		if id < 0 || p <= 0 || p > 65535 {
-			bad(fmt.Sprintf("broker_ports.%d", id), "node id must be >= 0 and port 1-65535")
 		}
 	}
 	if c.Admin != "" {
@@ -201,17 +194,12 @@ func (c *Config) Validate() error {
 	}
 	switch c.Transport {
 	case "gnet":
-		if c.TLS.Listener != nil || c.TLS.Upstream.Enabled {
+		if c.anyTLSListener() || c.TLS.Upstream.Enabled {
 			bad("transport", "gnet carries plaintext only; TLS connections need the goroutine transport (leave transport empty)")
 		}
 	case "goroutine":
 	default:
 		bad("transport", "%q is not one of gnet, goroutine", c.Transport)
-	}
-	if c.TLS.Listener != nil {
-		if err := c.TLS.Listener.Validate("tls.listener"); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if err := c.TLS.Upstream.Validate("tls.upstream"); err != nil {
 		errs = append(errs, err)
@@ -241,7 +229,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if len(c.Identities.MTLSUpstream) > 0 && !c.ClientCertificates() {
-		bad("identities.mtls_upstream", "needs tls.listener with client_auth request or require")
+		bad("identities.mtls_upstream", "needs a listener with tls and client_auth request or require (tls.listener, or listeners[].tls)")
 	}
 	if len(c.Identities.MTLSUpstream) > 0 && !c.DestinationSASL() {
 		bad("identities.mtls_upstream", "logs clients in to the destination with SASL, which needs a destination that takes SASL (upstream_sasl)")
@@ -291,7 +279,12 @@ func (c *Config) Validate() error {
 // ClientCertificates reports whether clients can prove a certificate: a TLS listener that asks
 // for client certificates.
 func (c *Config) ClientCertificates() bool {
-	return c.TLS.Listener != nil && (c.TLS.Listener.ClientAuth == "request" || c.TLS.Listener.ClientAuth == "require")
+	for _, l := range c.ListenerList() {
+		if l.ClientCertificates() {
+			return true
+		}
+	}
+	return false
 }
 
 // DestinationSASL reports whether clients can log in with SASL: offsetgate's connections to
@@ -310,11 +303,28 @@ func (c *Config) validateMirroring() []error {
 	}
 	for i, cl := range c.Mirroring.Clients {
 		key := fmt.Sprintf("mirroring.clients[%d]", i)
+		ls, err := c.ruleListeners(cl)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config key %q: %v", key+".listeners", err))
+			continue
+		}
+		// The rule must be able to match on one of the listeners it may come through.
+		certs, logins := false, false
+		for _, l := range ls {
+			certs = certs || l.ClientCertificates()
+			logins = logins || l.SASL()
+		}
+		where := "on a TLS listener with client_auth request or require (tls.listener)"
+		if !c.legacyListener() {
+			where = "on a listener with tls and client_auth request or require; the rule may come through " + listenerNames(ls)
+		}
 		switch {
-		case (cl.TLSSubject != "" || cl.TLSSAN != "") && !c.ClientCertificates():
-			errs = append(errs, fmt.Errorf("config key %q: a certificate rule can never match: clients prove certificates only on a TLS listener with client_auth request or require (tls.listener)", key))
+		case (cl.TLSSubject != "" || cl.TLSSAN != "") && !certs:
+			errs = append(errs, fmt.Errorf("config key %q: a certificate rule can never match: clients prove certificates only %s", key, where))
 		case cl.SASLUser != "" && !c.DestinationSASL():
 			errs = append(errs, fmt.Errorf("config key %q: a sasl_user rule can never match: the destination takes SASL logins only when offsetgate logs in there too (upstream_sasl)", key))
+		case cl.SASLUser != "" && !logins:
+			errs = append(errs, fmt.Errorf("config key %q: a sasl_user rule can never match: no listener it may come through takes SASL logins (security_protocol SASL_PLAINTEXT or SASL_SSL): %s", key, listenerNames(ls)))
 		}
 	}
 	return errs
@@ -349,37 +359,4 @@ func parseConfig(b []byte, path string) (Config, error) {
 	}
 	c.Path = path
 	return c, nil
-}
-
-// AdvertiseHost is the host clients are told.
-func (c *Config) AdvertiseHost() string {
-	if c.Advertise != "" {
-		return c.Advertise
-	}
-	h, _, _ := net.SplitHostPort(c.Listen)
-	if h == "" || h == "0.0.0.0" || h == "::" {
-		return "127.0.0.1"
-	}
-	return h
-}
-
-// ListenPort is the bootstrap listener's port.
-func (c *Config) ListenPort() int {
-	_, p, _ := net.SplitHostPort(c.Listen)
-	n, _ := strconv.Atoi(p)
-	return n
-}
-
-// ListenHost is the host the listeners bind.
-func (c *Config) ListenHost() string {
-	h, _, _ := net.SplitHostPort(c.Listen)
-	return h
-}
-
-// BrokerPort is the proxy port that stands for node id.
-func (c *Config) BrokerPort(node int32) int {
-	if p, ok := c.BrokerPorts[node]; ok {
-		return p
-	}
-	return c.ListenPort() + 1 + int(node)
 }

@@ -49,6 +49,7 @@ type gnetClient struct {
 	// assembly).
 	inFrame, upFrame assembly
 	log              *zap.Logger
+	ln               *listener
 	node             int32 // -1: bootstrap
 	ip               string
 	closed           bool
@@ -72,8 +73,12 @@ type gnetClient struct {
 // gnetUpstream marks an upstream connection's context.
 type gnetUpstream struct{ cl *gnetClient }
 
-// brokerTarget marks a client connection accepted on a broker listener.
-type brokerTarget struct{ node int32 }
+// brokerTarget marks a client connection accepted on a Go listener: a broker listener, or the
+// bootstrap listener of a listener other than the first.
+type brokerTarget struct {
+	ln   *listener
+	node int32
+}
 
 func newGnetTransport(srv *Server) *gnetTransport {
 	return &gnetTransport{srv: srv, booted: make(chan struct{}), started: make(chan struct{}),
@@ -105,9 +110,9 @@ func (t *gnetTransport) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-// enroll hands a connection accepted on a broker listener to the event loops.
-func (t *gnetTransport) enroll(c net.Conn, node int32) error {
-	ctx := gnet.NewNetConnContext(gnet.NewContext(context.Background(), &brokerTarget{node: node}), c)
+// enroll hands a connection accepted on a Go listener to the event loops.
+func (t *gnetTransport) enroll(c net.Conn, ln *listener, node int32) error {
+	ctx := gnet.NewNetConnContext(gnet.NewContext(context.Background(), &brokerTarget{ln: ln, node: node}), c)
 	_, err := t.eng.Register(ctx)
 	return err
 }
@@ -122,7 +127,7 @@ func (t *gnetTransport) stop(ctx context.Context) error {
 }
 
 func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	node := int32(-1)
+	node, ln := int32(-1), t.srv.lns[0] // the event loops' own listener: the first one's bootstrap
 	switch v := c.Context().(type) {
 	case *gnetUpstream:
 		cl := v.cl
@@ -140,7 +145,7 @@ func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		}
 		return nil, gnet.None
 	case *brokerTarget:
-		node = v.node
+		node, ln = v.node, v.ln
 	}
 	if t.srv.draining.Load() {
 		return nil, gnet.Close
@@ -149,12 +154,12 @@ func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if !ok {
 		return nil, gnet.Close
 	}
-	cl := &gnetClient{t: t, c: c, node: node, ip: ip}
+	cl := &gnetClient{t: t, c: c, node: node, ln: ln, ip: ip}
 	cl.acct.b = t.srv.budget
 	cl.lastActive.Store(time.Now().UnixNano())
-	cl.log = t.srv.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
-	cl.sess = session.New(t.srv.sessionConfig(cl.log, false), cl)
-	cl.sess.SetIdentity(rules.Identity{Addr: c.RemoteAddr().String()})
+	cl.log = t.srv.log.With(zap.String("client", c.RemoteAddr().String()), zap.String("listener", ln.cfg.Name), zap.Int32("node", node))
+	cl.sess = session.New(t.srv.sessionConfig(cl.log, false, ln), cl)
+	cl.sess.SetIdentity(rules.Identity{Addr: c.RemoteAddr().String(), Listener: ln.cfg.Name})
 	c.SetContext(cl)
 	t.mu.Lock()
 	t.clients[cl] = struct{}{}

@@ -56,7 +56,7 @@ type netClient struct {
 }
 
 // serveNet runs one client connection to completion. The caller owns the goroutine.
-func (s *Server) serveNet(c net.Conn, node int32) {
+func (s *Server) serveNet(c net.Conn, ln *listener, node int32) {
 	if s.draining.Load() {
 		c.Close()
 		return
@@ -66,15 +66,15 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		c.Close()
 		return
 	}
-	log := s.log.With(zap.String("client", c.RemoteAddr().String()), zap.Int32("node", node))
+	log := s.log.With(zap.String("client", c.RemoteAddr().String()), zap.String("listener", ln.cfg.Name), zap.Int32("node", node))
 	s.connOpened()
 	closed := func(side string, err error) {
 		s.releaseConn(ip)
 		s.connClosed(log, side, err)
 	}
-	if s.srvTLS != nil {
-		tc := tls.Server(c, s.srvTLS.Config())
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TLS.Listener.Timeout())
+	if ln.tls != nil {
+		tc := tls.Server(c, ln.tls.Config())
+		ctx, cancel := context.WithTimeout(context.Background(), ln.cfg.TLS.Timeout())
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
@@ -85,12 +85,13 @@ func (s *Server) serveNet(c net.Conn, node int32) {
 		c = tc
 	}
 	id := identityOf(c, log)
+	id.Listener = ln.cfg.Name
 	nc := &netClient{srv: s, node: node, client: c, creds: s.mapping(id), log: log,
 		resume: make(chan struct{}, 1), drained: make(chan struct{}, 1), dialed: make(chan struct{}), done: make(chan struct{})}
 	nc.ctx, nc.cancel = context.WithCancel(context.Background())
 	nc.acct.b = s.budget
 	nc.lastActive.Store(time.Now().UnixNano())
-	nc.sess = session.New(s.sessionConfig(nc.log, nc.creds != nil), nc)
+	nc.sess = session.New(s.sessionConfig(nc.log, nc.creds != nil, ln), nc)
 	nc.sess.SetIdentity(id)
 	lowWater := s.cfg.Limits.ClientHighWaterBytes / 2
 	nc.toClient = newOutQueue(lowWater, nc.signal, func(d int64) {

@@ -24,9 +24,10 @@ import (
 //     (a writer that writes in place is caught mid-way at most once, and then waited for; the
 //     safe way is still to write a new file and rename it over the old one);
 //   - it parses and validates as a whole, as at start;
-//   - each mirroring rule can match a client of the running offsetgate (a certificate rule
-//     needs the client certificates of the TLS listener in force, a sasl_user rule a
-//     destination that takes SASL), whatever the file now says of those sections.
+//   - each mirroring rule can match a client of the running offsetgate on a listener it may
+//     come through (a certificate rule needs a listener in force that asks for client
+//     certificates, a sasl_user rule a SASL listener and a destination that takes SASL),
+//     whatever the file now says of those sections.
 //
 // Otherwise the rules in force stay and the log says why. A change to a section that is read
 // only at start (tls, identities, upstream_sasl, listen, ...) is logged as a warning naming it.
@@ -114,7 +115,7 @@ func (w *configWatcher) reload(b []byte) {
 	inForce := w.running
 	inForce.Mirroring = c.Mirroring
 	if errs := inForce.validateMirroring(); len(errs) > 0 {
-		refuse("a mirroring rule can never match with the tls and upstream_sasl sections in force (they are read at start only)", joinErrs(errs))
+		refuse("a mirroring rule can never match with the listeners in force (listeners, listen, tls and upstream_sasl are read at start only)", joinErrs(errs))
 		return
 	}
 	pol, err := rules.NewPolicy(c.Mirroring)
@@ -180,9 +181,10 @@ func yamlOf(v any) string {
 	return string(b)
 }
 
-// watchConfig polls the configuration file every second until ctx ends.
-func (s *Server) watchConfig(ctx context.Context) {
-	w := newConfigWatcher(&s.cfg, s.log, func(p *rules.Policy) { s.policy.Store(p) })
+// watchConfig polls the configuration file every second until ctx ends. The watcher is made
+// (and the file's state taken) by the caller, before the server is ready: a change written
+// right after that is a change.
+func (s *Server) watchConfig(ctx context.Context, w *configWatcher) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -42,7 +42,7 @@ type Server struct {
 	metrics *metrics
 	reg     *prometheus.Registry
 	brokers *brokers
-	srvTLS  *ogtls.Server // nil: plaintext clients
+	lns     []*listener   // the named listeners, in configuration order
 	upTLS   *ogtls.Client // nil: plaintext to the destination
 
 	policy  atomic.Pointer[rules.Policy]
@@ -58,13 +58,26 @@ type Server struct {
 	climits    connLimits
 	pollWarned atomic.Bool
 
-	mu        sync.Mutex
-	listeners map[int32]net.Listener  // broker listeners, by node id
-	conns     map[*netClient]struct{} // goroutine-transport connections, closed at shutdown
-	bootstrap net.Listener            // goroutine transport only
-	wg        sync.WaitGroup          // accept loops and goroutine-transport connections
-	ready     chan struct{}           // closed once listeners are up
-	bootAddr  string
+	mu         sync.Mutex
+	listeners  map[brokerListener]net.Listener // broker listeners, by listener and node id
+	conns      map[*netClient]struct{}         // goroutine-transport connections, closed at shutdown
+	bootstraps []net.Listener                  // bootstrap listeners the event loops do not own
+	wg         sync.WaitGroup                  // accept loops and goroutine-transport connections
+	ready      chan struct{}                   // closed once listeners are up
+}
+
+// listener is one named listener at run time.
+type listener struct {
+	cfg   ListenerConfig
+	index int
+	tls   *ogtls.Server // nil: plaintext
+	addrs session.Addresses
+}
+
+// brokerListener names the listener that stands for a destination broker on a listener.
+type brokerListener struct {
+	listener int
+	node     int32
 }
 
 // New checks cfg and prepares a server; Run starts it.
@@ -76,20 +89,13 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[int32]net.Listener{}, conns: map[*netClient]struct{}{}, ready: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[brokerListener]net.Listener{}, conns: map[*netClient]struct{}{}, ready: make(chan struct{})}
 	s.metrics = newMetrics(s.reg, func() float64 { return float64(s.inFlight.Load()) })
 	s.budget = newBudget(cfg.Limits.MaxHeldBytes, s.metrics.budgetPauses)
 	registerBudget(s.reg, s.budget)
 	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	onErr := func(err error) {
 		log.Error("certificate reload failed; the previous certificate stays in use", zap.Error(err))
-	}
-	if cfg.TLS.Listener != nil {
-		t, err := ogtls.NewServer(*cfg.TLS.Listener, onErr)
-		if err != nil {
-			return nil, err
-		}
-		s.srvTLS = t
 	}
 	if cfg.TLS.Upstream.Enabled {
 		t, err := ogtls.NewClient(cfg.TLS.Upstream, onErr)
@@ -103,6 +109,17 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.brokers = newBrokers(&s.cfg, log.Named("brokers"), opts)
+	for i, lc := range cfg.ListenerList() {
+		ln := &listener{cfg: lc, index: i, addrs: listenerAddresses{s.brokers, lc}}
+		if lc.TLS != nil {
+			t, err := ogtls.NewServer(*lc.TLS, onErr)
+			if err != nil {
+				return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
+			}
+			ln.tls = t
+		}
+		s.lns = append(s.lns, ln)
+	}
 	pol, err := rules.NewPolicy(cfg.Mirroring)
 	if err != nil {
 		return nil, err
@@ -120,18 +137,29 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Ready is closed once the listeners accept connections.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
-// BootstrapAddr is the bootstrap listener's address.
-func (s *Server) BootstrapAddr() string { return s.cfg.Listen }
+// BootstrapAddr is the (first) bootstrap listener's address.
+func (s *Server) BootstrapAddr() string { return s.cfg.BootstrapListen() }
 
-func (s *Server) sessionConfig(log *zap.Logger, mapped bool) session.Config {
+// ListenerAddr is the bootstrap address of the listener named name, "" when there is none.
+func (s *Server) ListenerAddr(name string) string {
+	for _, ln := range s.lns {
+		if ln.cfg.Name == name {
+			return ln.cfg.Listen
+		}
+	}
+	return ""
+}
+
+func (s *Server) sessionConfig(log *zap.Logger, mapped bool, ln *listener) session.Config {
 	return session.Config{
 		Admit:            s.admit(mapped),
 		UpstreamLoggedIn: mapped,
+		NoSASL:           !ln.cfg.SASL(),
 		OnIdentity:       s.logIdentity(log),
 		MaxFrame:         s.cfg.Limits.MaxFrameBytes,
 		MaxInFlight:      s.cfg.Limits.MaxInFlight,
 		ClientHighWater:  s.cfg.Limits.ClientHighWaterBytes,
-		Addresses:        s.brokers,
+		Addresses:        ln.addrs,
 		Observer:         observer{s.metrics},
 		Log:              log,
 		Draining:         s.draining.Load,
@@ -169,7 +197,7 @@ func (s *Server) Run(ctx context.Context) error {
 	instance := s.cfg.InstanceID
 	if instance == "" {
 		host, _ := os.Hostname()
-		instance = host + "/" + s.cfg.Listen
+		instance = host + "/" + s.cfg.BootstrapListen()
 	}
 	st, err := state.Open(ctx, runCtx, state.Config{ClientOpts: append(opts, kgo.SeedBrokers(s.cfg.Bootstrap...)), Instance: instance,
 		MaxFill: s.cfg.MaxFill, Dial: s.dialOwn, Metrics: s.reg, Log: s.log})
@@ -181,7 +209,8 @@ func (s *Server) Run(ctx context.Context) error {
 	s.catalog, s.view, s.writer = st.Catalog, st.View, st.Writer
 	if s.cfg.Path != "" {
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.watchConfig(runCtx) }()
+		w := newConfigWatcher(&s.cfg, s.log, func(p *rules.Policy) { s.policy.Store(p) })
+		go func() { defer s.wg.Done(); s.watchConfig(runCtx, w) }()
 	}
 	if s.cfg.Limits.ConnectionsMaxIdle > 0 {
 		s.wg.Add(1)
@@ -189,30 +218,42 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	errc := make(chan error, 1)
-	switch s.cfg.Transport {
-	case "gnet":
+	// The event loops own the first listener's bootstrap address; every other bootstrap
+	// listener (and every one on the goroutine transport) is a Go listener whose connections
+	// go to the transport with their listener.
+	own := 0
+	if s.cfg.Transport == "gnet" {
 		s.gnet = newGnetTransport(s)
-		go func() { errc <- s.gnet.run(s.cfg.Listen) }()
+		first := s.lns[0].cfg.Listen
+		go func() { errc <- s.gnet.run(first) }()
 		select {
 		case <-s.gnet.started:
 		case err := <-errc:
-			return fmt.Errorf("bootstrap listener %s: %w", s.cfg.Listen, err)
+			return fmt.Errorf("bootstrap listener %s (%s): %w", first, s.lns[0].cfg.Name, err)
 		}
-	case "goroutine":
-		l, err := net.Listen("tcp", s.cfg.Listen)
+		own = 1
+	}
+	for _, ln := range s.lns[own:] {
+		l, err := net.Listen("tcp", ln.cfg.Listen)
 		if err != nil {
-			return fmt.Errorf("bootstrap listener %s: %w", s.cfg.Listen, err)
+			s.shutdown(admin)
+			return fmt.Errorf("bootstrap listener %s (%s): %w", ln.cfg.Listen, ln.cfg.Name, err)
 		}
-		s.bootstrap = l
+		s.mu.Lock()
+		s.bootstraps = append(s.bootstraps, l)
+		s.mu.Unlock()
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.accept(l, -1) }()
+		go func() { defer s.wg.Done(); s.accept(l, ln, -1) }()
 	}
 
 	// Learn the destination's brokers and keep their listeners up.
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.refreshLoop(runCtx) }()
-	s.log.Info("offsetgate listening", zap.String("bootstrap", s.cfg.Listen), zap.String("advertise", s.cfg.AdvertiseHost()),
-		zap.Strings("destination", s.cfg.Bootstrap), zap.String("transport", s.cfg.Transport))
+	for _, ln := range s.lns {
+		s.log.Info("offsetgate listening", zap.String("listener", ln.cfg.Name), zap.String("bootstrap", ln.cfg.Listen),
+			zap.String("advertise", ln.cfg.AdvertiseHost()), zap.String("security_protocol", ln.cfg.SecurityProtocol),
+			zap.Strings("destination", s.cfg.Bootstrap), zap.String("transport", s.cfg.Transport))
+	}
 	close(s.ready)
 
 	var runErr error
@@ -233,8 +274,8 @@ func (s *Server) shutdown(admin *http.Server) {
 	for _, l := range s.listeners {
 		l.Close()
 	}
-	if s.bootstrap != nil {
-		s.bootstrap.Close()
+	for _, l := range s.bootstraps {
+		l.Close()
 	}
 	s.mu.Unlock()
 	deadline := time.Now().Add(s.cfg.Limits.DrainTimeout)
@@ -321,27 +362,31 @@ func (s *Server) refreshLoop(ctx context.Context) {
 	}
 }
 
-// ensureListeners opens a listener for every known broker that has none.
+// ensureListeners opens, on every listener, a listener for every known broker that has none.
 func (s *Server) ensureListeners() {
 	for _, node := range s.brokers.nodes() {
-		s.mu.Lock()
-		_, ok := s.listeners[node]
-		s.mu.Unlock()
-		if ok || s.draining.Load() {
-			continue
+		for _, ln := range s.lns {
+			k := brokerListener{ln.index, node}
+			s.mu.Lock()
+			_, ok := s.listeners[k]
+			s.mu.Unlock()
+			if ok || s.draining.Load() {
+				continue
+			}
+			addr := net.JoinHostPort(ln.cfg.ListenHost(), strconv.Itoa(ln.cfg.BrokerPort(node)))
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				s.log.Error("cannot open the listener for a destination broker", zap.String("listener", ln.cfg.Name), zap.Int32("node", node),
+					zap.String("addr", addr), zap.Error(err))
+				continue
+			}
+			s.mu.Lock()
+			s.listeners[k] = l
+			s.mu.Unlock()
+			s.log.Info("broker listener up", zap.String("listener", ln.cfg.Name), zap.Int32("node", node), zap.String("addr", addr))
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); s.accept(l, ln, node) }()
 		}
-		addr := net.JoinHostPort(s.cfg.ListenHost(), strconv.Itoa(s.cfg.BrokerPort(node)))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			s.log.Error("cannot open the listener for a destination broker", zap.Int32("node", node), zap.String("addr", addr), zap.Error(err))
-			continue
-		}
-		s.mu.Lock()
-		s.listeners[node] = l
-		s.mu.Unlock()
-		s.log.Info("broker listener up", zap.Int32("node", node), zap.String("addr", addr))
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.accept(l, node) }()
 	}
 }
 
@@ -353,7 +398,7 @@ func setSendBuffer(c net.Conn, n int) {
 }
 
 // accept takes connections from a Go listener and hands them to the transport.
-func (s *Server) accept(l net.Listener, node int32) {
+func (s *Server) accept(l net.Listener, ln *listener, node int32) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -370,14 +415,14 @@ func (s *Server) accept(l net.Listener, node int32) {
 		}
 		setSendBuffer(c, s.cfg.Limits.SocketSendBytes)
 		if s.gnet != nil {
-			if err := s.gnet.enroll(c, node); err != nil {
+			if err := s.gnet.enroll(c, ln, node); err != nil {
 				s.log.Warn("cannot hand a connection to the event loops", zap.Error(err))
 				c.Close()
 			}
 			continue
 		}
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.serveNet(c, node) }()
+		go func() { defer s.wg.Done(); s.serveNet(c, ln, node) }()
 	}
 }
 

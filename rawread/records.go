@@ -62,6 +62,11 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 			p := &resp.Topics[0].Partitions[0]
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 				last = err
+				var ke *kerr.Error
+				if errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.OffsetOutOfRange) {
+					// A refusal (an identity not allowed to read the topic) stays one.
+					return nil, from, fmt.Errorf("reading %s[%d]: %w", topic, partition, err)
+				}
 				if errors.Is(err, kerr.OffsetOutOfRange) && from < p.LogStartOffset {
 					from = p.LogStartOffset // retention removed the start: read what is left
 				}
@@ -96,5 +101,5 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 			}
 		}
 	}
-	return nil, from, fmt.Errorf("reading %s[%d]: %v", topic, partition, last)
+	return nil, from, fmt.Errorf("reading %s[%d]: %w", topic, partition, last)
 }

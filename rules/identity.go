@@ -26,6 +26,8 @@ type Identity struct {
 	SASLMechanism string
 	ClientID      string
 	Addr          string // source ip:port
+	// Listener names the offsetgate listener the connection came through.
+	Listener string
 }
 
 // Proven reports whether the identity rests on mTLS or SASL.
@@ -48,6 +50,9 @@ func (i Identity) String() string {
 	}
 	if i.Addr != "" {
 		parts = append(parts, "addr="+i.Addr)
+	}
+	if i.Listener != "" {
+		parts = append(parts, "listener="+i.Listener)
 	}
 	return strings.Join(parts, " ")
 }

@@ -17,6 +17,10 @@ const (
 	KeyPrefix = "offsetgate."
 	// OwnTopicPrefix names offsetgate's own topics on the destination.
 	OwnTopicPrefix = "__offsetgate_"
+	// ProxyKey is the config offsetgate adds to DescribeConfigs answers for its marks topic
+	// ("true"): a client tells offsetgate from a plain broker by it, since no broker answers a
+	// config named offsetgate.*.
+	ProxyKey = "offsetgate.proxy"
 )
 
 // Mark is a mirror topic's durable record, keyed by topic id.

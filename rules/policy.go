@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -27,9 +28,11 @@ type ClientConfig struct {
 	TLSSubject string `yaml:"tls_subject"`
 	TLSSAN     string `yaml:"tls_san"`
 	SASLUser   string `yaml:"sasl_user"`
-	// ClientID and SourceCIDR only narrow the match.
+	// ClientID, SourceCIDR and Listeners only narrow the match.
 	ClientID   string `yaml:"client_id"`
 	SourceCIDR string `yaml:"source_cidr"`
+	// Listeners, when given, names the offsetgate listeners the client must come through.
+	Listeners []string `yaml:"listeners"`
 	// Topics are shell patterns (path.Match) of the mirror topics this client may write.
 	Topics []string `yaml:"topics"`
 	// AttachHeader makes offsetgate treat this client's Produce requests to its mirror topics
@@ -167,6 +170,9 @@ func (c *client) matches(id Identity) bool {
 		return false
 	}
 	if c.ClientID != "" && c.ClientID != id.ClientID {
+		return false
+	}
+	if len(c.Listeners) > 0 && !slices.Contains(c.Listeners, id.Listener) {
 		return false
 	}
 	if c.hasNet {

@@ -6,7 +6,8 @@ package session
 // login whose answer announced a session lifetime, which is the destination asking for a
 // re-authentication (KIP-368). The mechanism travels in the request's own response hook; only
 // a successful answer lets SaslAuthenticate rounds follow. Any other SaslHandshake is answered
-// by offsetgate with ILLEGAL_SASL_STATE and never forwarded.
+// by offsetgate with ILLEGAL_SASL_STATE and never forwarded, and so is every SaslHandshake on a
+// listener that takes no SASL login (PLAINTEXT, SSL).
 //
 // v0 would send the tokens as bare size-prefixed frames without Kafka request headers, which
 // this framing cannot follow, so it is refused with UNSUPPORTED_VERSION and only v1 is
@@ -20,6 +21,11 @@ var saslHandshakeHandler = handler{
 	active: always,
 	decide: func(s *Session, r *request) error {
 		req := r.req.(*kmsg.SASLHandshakeRequest)
+		if s.cfg.NoSASL {
+			s.log.Debug("SaslHandshake refused: the listener takes no SASL login")
+			r.answerWith(&kmsg.SASLHandshakeResponse{ErrorCode: errIllegalSASLState})
+			return nil
+		}
 		ex, ok := s.sasl.startHandshake(req.Mechanism)
 		if !ok {
 			s.log.Debug("SaslHandshake refused: no login may start now")

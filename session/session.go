@@ -89,6 +89,9 @@ type Config struct {
 	// client's first byte (an mTLS identity mapped to destination credentials): the client's
 	// own SaslHandshake and SaslAuthenticate are refused.
 	UpstreamLoggedIn bool
+	// NoSASL says the listener takes no SASL login (security protocol PLAINTEXT or SSL): a
+	// SaslHandshake is answered ILLEGAL_SASL_STATE, as a Kafka broker does on such a listener.
+	NoSASL bool
 	// OnIdentity hears when a connection's identity is established or changes (a SASL login
 	// completes), for the one log line per connection and the rules' caches.
 	OnIdentity func(id rules.Identity)

@@ -104,16 +104,20 @@ func Run(ctx context.Context, cfg Config, report func(Result)) ([]Result, error)
 		cfg.Level = Bytes
 	}
 	if cfg.Level != Bytes && cfg.Level != Records {
-		return nil, fmt.Errorf("verify: unknown level %q (bytes or records)", cfg.Level)
+		return nil, fmt.Errorf("unknown level %q (bytes or records)", cfg.Level)
+	}
+	copyName := cfg.CopyName
+	if copyName == "" {
+		copyName = "through offsetgate"
 	}
 	sadm, padm := kadm.NewClient(cfg.Source), kadm.NewClient(cfg.Proxy)
 	sStart, sEnd, err := bounds(ctx, sadm, cfg.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("verify: source: %w", err)
+		return nil, fmt.Errorf("on the source: %w", err)
 	}
 	pStart, pEnd, err := bounds(ctx, padm, cfg.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("verify: through offsetgate: %w", err)
+		return nil, fmt.Errorf("%s: %w", copyName, err)
 	}
 	parts := cfg.Partitions
 	if len(parts) == 0 {
@@ -180,15 +184,27 @@ func boundsOnce(ctx context.Context, adm *kadm.Client, topic string) (map[int32]
 	}
 	s, e := map[int32]int64{}, map[int32]int64{}
 	var ferr error
+	// An error of the whole topic comes as partition -1.
+	where := func(what string, o kadm.ListedOffset) error {
+		if o.Partition < 0 {
+			if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+				return fmt.Errorf("topic %s does not exist: %w", topic, o.Err)
+			}
+			return fmt.Errorf("%s of topic %s: %w", what, topic, o.Err)
+		}
+		return fmt.Errorf("%s of %s[%d]: %w", what, topic, o.Partition, o.Err)
+	}
 	starts.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
-			ferr = fmt.Errorf("log start of %s[%d]: %w", topic, o.Partition, o.Err)
+			ferr = where("log start", o)
+			return
 		}
 		s[o.Partition] = o.Offset
 	})
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
-			ferr = fmt.Errorf("high watermark of %s[%d]: %w", topic, o.Partition, o.Err)
+			ferr = where("high watermark", o)
+			return
 		}
 		e[o.Partition] = o.Offset
 	})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -36,6 +37,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	phase := fs.Duration("phase", 3*time.Second, "how long each phase of the demo runs")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: offsetgate demo [--phase DURATION]")
+		fmt.Fprintln(stderr, "Runs the whole journey in one process, on two embedded clusters (franz-go's kfake; nothing to install):")
+		fmt.Fprintln(stderr, "  1. a producer writes to topic demo-orders on the source for the whole demo;")
+		fmt.Fprintln(stderr, "  2. the billing consumer group reads it on the source for one phase, commits, and stops;")
+		fmt.Fprintln(stderr, "  3. offsetgate (TLS) fronts the destination; offsetgate mirror follows the source with a client")
+		fmt.Fprintln(stderr, "     certificate, offsets included, and copies the group's committed offsets;")
+		fmt.Fprintln(stderr, "  4. the group starts again through offsetgate exactly where it stopped, for another phase;")
+		fmt.Fprintln(stderr, "  5. the producer stops, the group reads to the end, the mirror catches up, and both clusters are")
+		fmt.Fprintln(stderr, "     compared record by record and with offsetgate verify's prover.")
+		fmt.Fprintln(stderr, "Lines start with [demo] (the story) or [mirror] (offsetgate mirror's own output). Exit 0 when every")
+		fmt.Fprintln(stderr, "record is where it should be, 1 otherwise.")
+		fs.PrintDefaults()
+	}
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -100,34 +115,46 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	say("offsetgate listening on %s in front of the destination (TLS; the mirror proves its identity with a client certificate)", ogAddr)
 	tlsFor := func(kp *testcerts.KeyPair) kgo.Opt { return kgo.DialTLSConfig(certs.ClientTLS(kp)) }
 
-	// A producer writes to the source all along.
+	// A producer writes to the source all along. It is stopped by ending its loop, never by
+	// cancelling records it handed over: every record it produced is acknowledged and counted.
 	var produced atomic.Int64
-	pctx, stopProducer := context.WithCancel(ctx)
-	defer stopProducer()
+	var producing atomic.Bool
+	producing.Store(true)
+	defer producing.Store(false)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(src.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(20*time.Millisecond))
 	if err != nil {
 		return fail("producer", err)
 	}
 	defer prod.Close()
+	var produceErr atomic.Value
 	var pwg sync.WaitGroup
 	pwg.Add(1)
 	go func() {
 		defer pwg.Done()
-		for i := 0; pctx.Err() == nil; i++ {
+		for i := 0; producing.Load() && ctx.Err() == nil; i++ {
 			r := &kgo.Record{Key: []byte("order-" + strconv.Itoa(rand.IntN(50))), Value: []byte(fmt.Sprintf(`{"order":%d}`, i))}
-			prod.Produce(pctx, r, func(_ *kgo.Record, err error) {
-				if err == nil {
-					produced.Add(1)
+			prod.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+				if err != nil {
+					produceErr.Store(err)
+					return
 				}
+				produced.Add(1)
 			})
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
 
-	// The billing consumer group starts on the source.
+	// The billing consumer group starts on the source. Every record it reads is counted by
+	// partition and offset, so that the end can tell distinct records from repeats.
 	seen := map[string]int{}
 	var seenMu sync.Mutex
-	consume := func(cctx context.Context, where string, opts ...kgo.Opt) (int, map[int32]int64, error) {
+	// consume runs the group until cctx ends or, once ends is set, until it has read every
+	// partition up to its end (drained).
+	type progress struct {
+		mu   sync.Mutex
+		next map[int32]int64 // next offset to read, by partition
+	}
+	consume := func(cctx context.Context, where string, pr *progress, opts ...kgo.Opt) (int, map[int32]int64, error) {
 		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit()}, opts...)...)
 		if err != nil {
@@ -146,6 +173,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				if _, ok := first[r.Partition]; !ok {
 					first[r.Partition] = r.Offset
 				}
+				if pr != nil {
+					pr.mu.Lock()
+					pr.next[r.Partition] = r.Offset + 1
+					pr.mu.Unlock()
+				}
 				n++
 			}
 			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
@@ -155,12 +187,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return n, first, nil
 	}
 	cctx, stopConsumer := context.WithTimeout(ctx, *phase)
-	n, _, err := consume(cctx, "source", kgo.SeedBrokers(src.ListenAddrs()...))
+	onSource, _, err := consume(cctx, "source", nil, kgo.SeedBrokers(src.ListenAddrs()...))
 	stopConsumer()
 	if err != nil {
 		return fail("billing group on the source", err)
 	}
-	say("billing group consumed %d records on the source, committed, and stopped", n)
+	say("billing group consumed %d records on the source, committed, and stopped", onSource)
 
 	// The mirror follows the source and copies the group's offsets.
 	mctx, stopMirror := context.WithCancel(ctx)
@@ -169,7 +201,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	go func() {
 		_, err := mirror.Follow(mctx, mirror.Config{Source: src.ListenAddrs(), Proxy: []string{ogAddr}, ProxyTLS: certs.ClientTLS(mirrorID),
 			Topics: []string{topic}, ReplicationFactor: 2, Groups: regexp.MustCompile("^" + group + "$"), GroupInterval: 500 * time.Millisecond,
-			Progress: prefixed{stdout, "[mirror] "}, ProgressEvery: *phase})
+			Progress: &prefixed{w: stdout, prefix: "[mirror] "}, ProgressEvery: *phase})
 		mdone <- err
 	}()
 	sadm := kadm.NewClient(clientOrNil(src.ListenAddrs()))
@@ -193,17 +225,61 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	say("the mirror copied the group's committed offsets to the destination in %v: %v", time.Since(moveStart).Round(time.Millisecond), offsetsOf(committed))
 
-	// The group starts again, against offsetgate, and carries on.
-	cctx, stopConsumer = context.WithTimeout(ctx, *phase)
-	n, first, err := consume(cctx, "offsetgate", kgo.SeedBrokers(ogAddr), tlsFor(nil))
-	stopConsumer()
-	if err != nil {
-		return fail("billing group through offsetgate", err)
+	// The group starts again, against offsetgate, and carries on for a phase; then the
+	// producer stops and the group reads on to the end, so that it processes every record.
+	pr := &progress{next: map[int32]int64{}}
+	committed.Each(func(o kadm.OffsetResponse) { pr.next[o.Partition] = o.At }) // where it resumes
+	cctx, stopConsumer = context.WithCancel(ctx)
+	defer stopConsumer()
+	type consumed struct {
+		n     int
+		first map[int32]int64
+		err   error
 	}
-	say("billing group consumed %d records through offsetgate; first offsets read %v", n, first)
+	cdone := make(chan consumed, 1)
+	go func() {
+		n, first, err := consume(cctx, "offsetgate", pr, kgo.SeedBrokers(ogAddr), tlsFor(nil))
+		cdone <- consumed{n, first, err}
+	}()
+	select {
+	case <-time.After(*phase):
+	case <-ctx.Done():
+	}
+	producing.Store(false)
+	pwg.Wait()
+	if err := prod.Flush(ctx); err != nil {
+		return fail("producer", err)
+	}
+	if err, _ := produceErr.Load().(error); err != nil {
+		return fail("producer", err)
+	}
+	ends, err := sadm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fail("source end offsets", err)
+	}
+	say("the producer stopped after %d records; the billing group reads on through offsetgate to the end of every partition", produced.Load())
+	deadline := time.Now().Add(time.Minute)
+	for drained := false; !drained; {
+		drained = true
+		pr.mu.Lock()
+		ends.Each(func(o kadm.ListedOffset) { drained = drained && pr.next[o.Partition] >= o.Offset })
+		pr.mu.Unlock()
+		if !drained && time.Now().After(deadline) {
+			stopConsumer()
+			return fail("billing group through offsetgate", fmt.Errorf("read up to %v of %v after a minute", pr.next, endsOf(ends)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopConsumer()
+	c := <-cdone
+	if c.err != nil {
+		return fail("billing group through offsetgate", c.err)
+	}
+	throughOG := c.n
+	say("billing group consumed %d records through offsetgate, up to the end; first offsets read %v", throughOG, c.first)
 	exact := true
 	committed.Each(func(o kadm.OffsetResponse) {
-		if f, ok := first[o.Partition]; ok && f != o.At {
+		if f, ok := c.first[o.Partition]; ok && f != o.At {
 			exact = false
 			say("partition %d resumed at %d, committed %d", o.Partition, f, o.At)
 		}
@@ -212,11 +288,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		say("every partition resumed exactly at its committed offset: nothing skipped, nothing repeated")
 	}
 
-	// Stop producing, let the mirror catch up, and compare.
-	stopProducer()
-	pwg.Wait()
-	_ = prod.Flush(ctx)
-	deadline := time.Now().Add(time.Minute)
+	// The mirror catches up; then both clusters are compared.
 	for {
 		se, _ := sadm.ListEndOffsets(ctx, topic)
 		de, _ := dadm.ListEndOffsets(ctx, topic)
@@ -263,24 +335,55 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	repeated := 0
-	for _, c := range seen {
-		if c > 1 {
+	repeated, reads := 0, 0
+	for _, n := range seen {
+		reads += n
+		if n > 1 {
 			repeated++
 		}
 	}
-	say("verified: %d records (produced %d) are at the same offsets with the same keys and values on source and destination", total, produced.Load())
-	say("billing processed %d distinct records, %d of them more than once", len(seen), repeated)
-	return 0
+	say("verified: %d records are at the same offsets with the same keys and values on source and destination", total)
+	// The numbers add up: what the group read in both places is every record produced, each
+	// once; anything else is said, with what it means.
+	say("billing: %d records read on the source + %d through offsetgate = %d; %d distinct records, %d read more than once; the producer wrote %d",
+		onSource, throughOG, onSource+throughOG, len(seen), repeated, produced.Load())
+	switch {
+	case int64(len(seen)) == produced.Load() && repeated == 0 && int64(total) == produced.Load():
+		say("every record produced was mirrored and processed exactly once")
+		return 0
+	case repeated > 0:
+		say("MISMATCH: %d records were processed twice (%d reads of %d distinct records)", repeated, reads, len(seen))
+	default:
+		say("MISMATCH: %d records produced, %d on the destination, %d processed", produced.Load(), total, len(seen))
+	}
+	return 1
 }
 
+// prefixed starts every line written through it with prefix (a write may hold several
+// lines, as the mirror's progress does).
 type prefixed struct {
 	w      io.Writer
 	prefix string
+	mu     sync.Mutex
+	mid    bool // the last write ended inside a line
 }
 
-func (p prefixed) Write(b []byte) (int, error) {
-	if _, err := p.w.Write(append([]byte(p.prefix), b...)); err != nil {
+func (p *prefixed) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []byte
+	for rest := b; len(rest) > 0; {
+		if !p.mid {
+			out = append(out, p.prefix...)
+		}
+		line, after, nl := bytes.Cut(rest, []byte("\n"))
+		out = append(out, line...)
+		if nl {
+			out = append(out, '\n')
+		}
+		p.mid, rest = !nl, after
+	}
+	if _, err := p.w.Write(out); err != nil {
 		return 0, err
 	}
 	return len(b), nil

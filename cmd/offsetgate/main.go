@@ -29,7 +29,8 @@ func commands() []command {
 		{"mirror", "mirror topics from a source cluster through offsetgate, offsets included", runMirror},
 		{"status", "show every mirror partition: mirrored end, shift segments, epoch, lag, halts", runStatus},
 		{"verify", "compare a topic on the source and through offsetgate, batch by batch (exit 0 identical, 1 different, 2 error)", runVerify},
-		{"demo", "start an embedded source and destination cluster and show how to connect", runDemo},
+		{"promote", "make a mirror topic an ordinary one once its source is retired (removes the mirror mark)", runPromote},
+		{"demo", "the whole journey in one process on embedded clusters: mirror a topic, move a consumer group, verify", runDemo},
 		{"version", "print the version and the protocol library it was built with", runVersion},
 	}
 }
@@ -66,10 +67,19 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "offsetgate: exact Kafka topic mirroring (offsets included) and live consumer cut-over")
 	fmt.Fprintln(w, "\nUsage: offsetgate COMMAND [flags]\n\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun `offsetgate COMMAND --help` for a command's flags.")
+	fmt.Fprintln(w, "\nmirror, status, verify and promote take the same flags for offsetgate's address and identity")
+	fmt.Fprintln(w, "(--proxy, --source, --tls-ca, --tls-cert, --tls-key, --sasl-mechanism, --sasl-user, --sasl-password-file),")
+	fmt.Fprintln(w, "or --client-config FILE (key=value lines with the same names), or the environment: OFFSETGATE_PROXY,")
+	fmt.Fprintln(w, "OFFSETGATE_SOURCE, OFFSETGATE_TLS_CA, OFFSETGATE_TLS_CERT, OFFSETGATE_TLS_KEY, OFFSETGATE_SASL_MECHANISM,")
+	fmt.Fprintln(w, "OFFSETGATE_SASL_USER, OFFSETGATE_SASL_PASSWORD_FILE, OFFSETGATE_SASL_PASSWORD, OFFSETGATE_CLIENT_CONFIG.")
+	fmt.Fprintln(w, "Flags come first, then the file, then the environment.")
 }
+
+// newFlagSet is a subcommand's flag set (errors are returned, not fatal).
+func newFlagSet(name string) *flag.FlagSet { return flag.NewFlagSet(name, flag.ContinueOnError) }
 
 // parseFlags parses a subcommand's flags and maps --help to exit 0 and bad flags to exit 2.
 func parseFlags(fs *flag.FlagSet, args []string) (exit int, done bool) {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,9 +100,27 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"resumed exactly at its committed offset", "verified:", "0 of them more than once"} {
+	for _, want := range []string{"resumed exactly at its committed offset", "verified:", "every record produced was mirrored and processed exactly once"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// Every line says whose it is.
+	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		if !strings.HasPrefix(l, "[demo] ") && !strings.HasPrefix(l, "[mirror] ") {
+			t.Fatalf("a line without its prefix: %q\n%s", l, out.String())
+		}
+	}
+	// The numbers add up: records read on the source and through offsetgate are the distinct
+	// records, none repeated, and they are every record produced and verified.
+	m := regexp.MustCompile(`billing: (\d+) records read on the source \+ (\d+) through offsetgate = (\d+); (\d+) distinct records, (\d+) read more than once; the producer wrote (\d+)`).FindStringSubmatch(out.String())
+	v := regexp.MustCompile(`verified: (\d+) records`).FindStringSubmatch(out.String())
+	if m == nil || v == nil {
+		t.Fatalf("no reconciliation in the demo output:\n%s", out.String())
+	}
+	n := func(s string) int { i, _ := strconv.Atoi(s); return i }
+	src, og, sum, distinct, twice, produced := n(m[1]), n(m[2]), n(m[3]), n(m[4]), n(m[5]), n(m[6])
+	if src == 0 || og == 0 || src+og != sum || sum != distinct || twice != 0 || distinct != produced || n(v[1]) != produced {
+		t.Fatalf("the demo's numbers do not add up: %q, %q", m[0], v[0])
 	}
 }

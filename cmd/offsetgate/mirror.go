@@ -35,8 +35,7 @@ const (
 func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mirror", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	source := fs.String("source", "", "source cluster brokers, host:port[,...] (required)")
-	proxyAddr := fs.String("proxy", "", "offsetgate bootstrap address, host:port[,...] (required)")
+	cf := newClientFlags(fs, true)
 	topics := fs.String("topic", "", "topics to mirror, comma-separated")
 	fs.StringVar(topics, "topics", "", "same as --topic")
 	topicRegex := fs.String("topic-regex", "", "also mirror every source topic whose name matches this regular expression (a following run picks up new ones every --group-interval)")
@@ -49,12 +48,6 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied, the source's log start is followed and --topic-regex is looked at again, while following")
 	resync := fs.Duration("resync", 5*time.Minute, "how often a following run sends compacted topics again from the source's log start, so offsetgate records what the source's cleaner removed since (at most 30m: the destination compacts an hour after the source must have)")
 	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
-	caFile := fs.String("tls-ca", "", "CA bundle to verify offsetgate's certificate (turns TLS on)")
-	certFile := fs.String("tls-cert", "", "client certificate for offsetgate (mTLS identity)")
-	keyFile := fs.String("tls-key", "", "client key for offsetgate")
-	saslMech := fs.String("sasl-mechanism", "", "SASL towards offsetgate: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-	saslUser := fs.String("sasl-user", "", "SASL user")
-	saslPassFile := fs.String("sasl-password-file", "", "file holding the SASL password (or OFFSETGATE_SASL_PASSWORD)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT (--topics T[,T...] | --topic-regex R) [--groups REGEX] [--once] [identity flags]")
 		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition stopped (see the message), 2 bad usage or input (nothing written), 3 internal error.")
@@ -65,6 +58,10 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
+	if err := cf.resolve(); err != nil {
+		fmt.Fprintln(stderr, "offsetgate mirror:", err)
+		return exitUsage
+	}
 	if *parallel < 1 {
 		fmt.Fprintln(stderr, "offsetgate mirror: --parallel must be at least 1")
 		return exitUsage
@@ -73,11 +70,11 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "offsetgate mirror: --resync must be more than 0 and at most 30m")
 		return exitUsage
 	}
-	if *source == "" || *proxyAddr == "" || (*topics == "" && *topicRegex == "") {
+	if cf.source == "" || cf.proxy == "" || (*topics == "" && *topicRegex == "") {
 		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topics or --topic-regex are required")
 		return exitUsage
 	}
-	cfg := mirror.Config{Source: strings.Split(*source, ","), Proxy: strings.Split(*proxyAddr, ","),
+	cfg := mirror.Config{Source: cf.sourceAddrs(), Proxy: cf.proxyAddrs(),
 		MaxBytes: int32(*maxBytes), Parallel: *parallel, Resync: *resync,
 		ReplicationFactor: int16(*rf), Progress: stdout}
 	if *topics != "" {
@@ -123,27 +120,26 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		cfg.Groups, cfg.GroupInterval = re, *groupInterval
 	}
-	if *caFile != "" || *certFile != "" {
-		tc, err := clientTLS(*caFile, *certFile, *keyFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "offsetgate mirror:", err)
-			return exitUsage
-		}
-		cfg.ProxyTLS = tc
+	var err error
+	if cfg.ProxyTLS, err = cf.tls(); err == nil {
+		cfg.ProxySASL, err = cf.sasl()
 	}
-	if *saslMech != "" {
-		m, err := saslMechanism(*saslMech, *saslUser, *saslPassFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "offsetgate mirror:", err)
-			return exitUsage
-		}
-		cfg.ProxySASL = m
+	if err != nil {
+		fmt.Fprintln(stderr, "offsetgate mirror:", err)
+		return exitUsage
 	}
 	run := mirror.Follow
 	if *once {
 		run = mirror.Once
 	}
 	sum, err := run(ctx, cfg)
+	var ie *mirror.InputError
+	if errors.As(err, &ie) {
+		// Refused before anything started: there is no summary to show.
+		fmt.Fprintln(stderr, "offsetgate mirror:", err)
+		fmt.Fprintln(stderr, "offsetgate mirror: nothing was written")
+		return exitUsage
+	}
 	mirror.SortSummary(&sum)
 	var batches, records, bytes int64
 	for _, p := range sum.Partitions {
@@ -155,11 +151,6 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		len(sum.Partitions), batches, records, bytes, sum.Elapsed.Round(time.Millisecond))
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate mirror:", err)
-		var ie *mirror.InputError
-		if errors.As(err, &ie) {
-			fmt.Fprintln(stderr, "offsetgate mirror: nothing was written")
-			return exitUsage
-		}
 		return exitMirror
 	}
 	return exitOK
@@ -188,8 +179,7 @@ func clientTLS(ca, cert, key string) (*tls.Config, error) {
 	return tc, nil
 }
 
-func saslMechanism(name, user, passFile string) (sasl.Mechanism, error) {
-	pass := os.Getenv("OFFSETGATE_SASL_PASSWORD")
+func saslMechanism(name, user, passFile, pass string) (sasl.Mechanism, error) {
 	if passFile != "" {
 		b, err := os.ReadFile(passFile)
 		if err != nil {

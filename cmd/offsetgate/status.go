@@ -17,52 +17,63 @@ import (
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	proxyAddr := fs.String("proxy", "", "offsetgate bootstrap address, host:port[,...] (required)")
-	source := fs.String("source", "", "source cluster, to show the lag (optional)")
+	cf := newClientFlags(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON")
-	caFile := fs.String("tls-ca", "", "CA bundle to verify offsetgate's certificate (turns TLS on)")
-	certFile := fs.String("tls-cert", "", "client certificate for offsetgate")
-	keyFile := fs.String("tls-key", "", "client key for offsetgate")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: offsetgate status --proxy HOST:PORT [--source HOST:PORT] [--json]")
+		fmt.Fprintln(stderr, "Usage: offsetgate status --proxy HOST:PORT [--source HOST:PORT (to show the lag)] [--json] [identity flags]")
+		fmt.Fprintln(stderr, "offsetgate lets only approved mirroring clients read the mirror marks: give the mirror's identity.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if *proxyAddr == "" {
+	if err := cf.resolve(); err != nil {
+		fmt.Fprintln(stderr, "offsetgate status:", err)
+		return 2
+	}
+	if cf.proxy == "" {
 		fmt.Fprintln(stderr, "offsetgate status: --proxy is required")
 		return 2
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*proxyAddr, ",")...), kgo.ClientID("offsetgate-status")}
-	if *caFile != "" || *certFile != "" {
-		tc, err := clientTLS(*caFile, *certFile, *keyFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "offsetgate status:", err)
-			return 2
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	px, err := kgo.NewClient(opts...)
+	px, err := cf.proxyClient("offsetgate-status")
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate status:", err)
 		return 2
 	}
 	defer px.Close()
 	var src *kgo.Client
-	if *source != "" {
-		if src, err = kgo.NewClient(kgo.SeedBrokers(strings.Split(*source, ",")...)); err != nil {
+	if cf.source != "" {
+		if src, err = cf.sourceClient("offsetgate-status"); err != nil {
 			fmt.Fprintln(stderr, "offsetgate status:", err)
 			return 2
 		}
 		defer src.Close()
+	}
+	checks := []func() error{func() error {
+		return mirror.CheckOffsetgate(ctx, px, cf.proxyAddrs(), cf.sourceAddrs())
+	}}
+	if src != nil {
+		checks = append(checks, func() error { return mirror.Reachable(ctx, src, "the source cluster", cf.sourceAddrs()) })
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			fmt.Fprintln(stderr, "offsetgate status:", err)
+			return 2
+		}
 	}
 	st, err := mirror.Status(ctx, px, src)
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate status:", err)
 		return 1
 	}
+	if len(st) == 0 && !*asJSON {
+		fmt.Fprintf(stdout, "no mirror topics through offsetgate at %s yet (offsetgate mirror creates them)\n", cf.proxy)
+		return 0
+	}
 	if *asJSON {
+		if st == nil {
+			st = []mirror.PartitionStatus{} // [], not null
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(st)

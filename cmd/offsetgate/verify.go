@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"offsetgate/mirror"
 	"offsetgate/verify"
 )
 
@@ -23,18 +21,11 @@ const (
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	source := fs.String("source", "", "source cluster, host:port[,...] (required)")
-	proxyAddr := fs.String("proxy", "", "offsetgate bootstrap address, host:port[,...] (required)")
+	cf := newClientFlags(fs, true)
 	topic := fs.String("topic", "", "topic to compare (required)")
 	partition := fs.Int("partition", -1, "one partition (default: all)")
 	level := fs.String("level", "bytes", "bytes: every batch header field and the record bytes; records: record by record")
 	asJSON := fs.Bool("json", false, "print JSON instead of one line per partition")
-	caFile := fs.String("tls-ca", "", "CA bundle to verify offsetgate's certificate (turns TLS on)")
-	certFile := fs.String("tls-cert", "", "client certificate for offsetgate")
-	keyFile := fs.String("tls-key", "", "client key for offsetgate")
-	saslMech := fs.String("sasl-mechanism", "", "SASL towards offsetgate: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-	saslUser := fs.String("sasl-user", "", "SASL user")
-	saslPassFile := fs.String("sasl-password-file", "", "file holding the SASL password (or OFFSETGATE_SASL_PASSWORD)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate verify --source HOST:PORT --proxy HOST:PORT --topic T [--partition N] [--level bytes|records]")
 		fmt.Fprintln(stderr, "Compares the source and offsetgate over the range both hold. Exit 0: identical, 1: different, 2: error")
@@ -44,7 +35,11 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if *source == "" || *proxyAddr == "" || *topic == "" {
+	if err := cf.resolve(); err != nil {
+		fmt.Fprintln(stderr, "offsetgate verify:", err)
+		return verifyError
+	}
+	if cf.source == "" || cf.proxy == "" || *topic == "" {
 		fmt.Fprintln(stderr, "offsetgate verify: --source, --proxy and --topic are required")
 		return verifyError
 	}
@@ -52,35 +47,31 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "offsetgate verify: --level %q: bytes or records\n", *level)
 		return verifyError
 	}
-	popts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*proxyAddr, ",")...), kgo.ClientID("offsetgate-verify")}
-	if *caFile != "" || *certFile != "" {
-		tc, err := clientTLS(*caFile, *certFile, *keyFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "offsetgate verify:", err)
-			return verifyError
-		}
-		popts = append(popts, kgo.DialTLSConfig(tc))
-	}
-	if *saslMech != "" {
-		m, err := saslMechanism(*saslMech, *saslUser, *saslPassFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "offsetgate verify:", err)
-			return verifyError
-		}
-		popts = append(popts, kgo.SASL(m))
-	}
-	px, err := kgo.NewClient(popts...)
+	px, err := cf.proxyClient("offsetgate-verify")
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate verify:", err)
 		return verifyError
 	}
 	defer px.Close()
-	src, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*source, ",")...), kgo.ClientID("offsetgate-verify"))
+	src, err := cf.sourceClient("offsetgate-verify")
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate verify:", err)
 		return verifyError
 	}
 	defer src.Close()
+	// A wrong address, a topic that is not mirrored (yet) or not a mirror topic are said as
+	// such, not as a difference or an offset lookup that failed.
+	pxAddrs, srcAddrs := cf.proxyAddrs(), cf.sourceAddrs()
+	for _, check := range []func() error{
+		func() error { return mirror.Reachable(ctx, src, "the source cluster", srcAddrs) },
+		func() error { return mirror.CheckOffsetgate(ctx, px, pxAddrs, srcAddrs) },
+		func() error { return mirrorTopic(ctx, src, px, *topic) },
+	} {
+		if err := check(); err != nil {
+			fmt.Fprintln(stderr, "offsetgate verify:", err)
+			return verifyError
+		}
+	}
 	cfg := verify.Config{Source: src, Proxy: px, Topic: *topic, Level: verify.Level(*level)}
 	if *partition >= 0 {
 		cfg.Partitions = []int32{int32(*partition)}

@@ -3,10 +3,12 @@
 // process that started it goes away.
 //
 //	testkafka up --state FILE [--dir DIR]
+//	testkafka env --state FILE      prints export SOURCE=... DEST=... for a shell
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -18,8 +20,11 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "env" {
+		os.Exit(env(os.Args[2:]))
+	}
 	if len(os.Args) < 2 || os.Args[1] != "up" {
-		fmt.Fprintln(os.Stderr, "usage: testkafka up --state FILE [--dir DIR]")
+		fmt.Fprintln(os.Stderr, "usage: testkafka up --state FILE [--dir DIR] | testkafka env --state FILE")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
@@ -66,4 +71,28 @@ loop:
 	pair.Stop()
 	_ = os.Remove(*state)
 	fmt.Fprintln(os.Stderr, "testkafka: stopped")
+}
+
+// env prints the clusters of a state file as shell variables: SOURCE and DEST, each a
+// bootstrap list host:port[,host:port...].
+func env(args []string) int {
+	fs := flag.NewFlagSet("env", flag.ExitOnError)
+	state := fs.String("state", "", "the file testkafka up wrote (required)")
+	_ = fs.Parse(args)
+	if *state == "" {
+		fmt.Fprintln(os.Stderr, "testkafka: --state is required")
+		return 2
+	}
+	b, err := os.ReadFile(*state)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testkafka: %v (are the clusters up? scripts/kafka starts them)\n", err)
+		return 1
+	}
+	var p testkafka.Pair
+	if err := json.Unmarshal(b, &p); err != nil || p.Source == nil || p.Dest == nil {
+		fmt.Fprintf(os.Stderr, "testkafka: %s does not describe a source and a destination cluster: %v\n", *state, err)
+		return 1
+	}
+	fmt.Printf("export SOURCE=%s\nexport DEST=%s\n", p.Source.Bootstrap(), p.Dest.Bootstrap())
+	return 0
 }
