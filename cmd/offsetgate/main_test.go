@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"offsetgate/proxy"
+	"offsetgate/verify"
 )
 
 func run(args ...string) (int, string, string) {
@@ -100,6 +101,35 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{"resumed exactly at its committed offset", "verified:", "0 of them more than once"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// verify's exit code over several partitions: an error, then a difference, then a loss at the
+// head, then identical.
+func TestVerifyExitCodes(t *testing.T) {
+	ok := verify.Result{Batches: 1}
+	lost := verify.Result{Batches: 1, HeadLost: 300}
+	diff := verify.Result{Batches: 1, Diff: &verify.Difference{}}
+	bad := verify.Result{Err: verify.ErrNothing}
+	for _, c := range []struct {
+		res  []verify.Result
+		want int
+	}{
+		{[]verify.Result{ok, ok}, 0},
+		{[]verify.Result{ok, lost}, 3},
+		{[]verify.Result{lost, diff, ok}, 1},
+		{[]verify.Result{diff, lost, bad}, 2},
+		{[]verify.Result{{HeadLost: 5}}, 3}, // everything lost: nothing to compare, still a loss
+	} {
+		if got := verifyExit(c.res); got != c.want {
+			t.Errorf("%+v: exit %d, want %d", c.res, got, c.want)
+		}
+	}
+	code, _, errs := run("verify", "--help")
+	for _, want := range []string{"  0  identical", "  1  different", "  2  error", "  3  lost"} {
+		if code != 0 || !strings.Contains(errs, want) {
+			t.Fatalf("verify --help (exit %d) does not document %q:\n%s", code, want, errs)
 		}
 	}
 }

@@ -25,6 +25,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	keyFile := fs.String("tls-key", "", "client key for offsetgate")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate status --proxy HOST:PORT [--source HOST:PORT] [--json]")
+		fmt.Fprintln(stderr, "Every mirror partition: mirrored end, shift segments, source epoch and halts; with --source also the lag")
+		fmt.Fprintln(stderr, "and what the destination lost at the head (LOST AT HEAD: records the source still holds below the mirror's")
+		fmt.Fprintln(stderr, "log start). Exit codes: 0 listed, 1 offsetgate could not be read, 2 bad usage.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
@@ -83,6 +86,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		case src != nil:
 			lag = "unknown"
 			state += " (lag unknown: " + p.LagUnknown + ")"
+		}
+		if p.HeadUnknown != "" {
+			state += " (head unknown: " + p.HeadUnknown + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, p.End, strings.Join(segs, " "), p.Epoch, lag, state)
 	}

@@ -140,6 +140,15 @@ var shared struct {
 	err  error
 	own  bool
 	lock *os.File
+	exit []func()
+}
+
+// AtExit runs f when Main ends, after the tests and before the shared clusters stop (test
+// binaries built for the run, say).
+func AtExit(f func()) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.exit = append(shared.exit, f)
 }
 
 // Main runs a package's tests with the shared clusters available through Shared. With
@@ -149,6 +158,9 @@ var shared struct {
 func Main(m *testing.M) {
 	code := m.Run()
 	shared.mu.Lock()
+	for _, f := range shared.exit {
+		f()
+	}
 	if shared.own && shared.pair != nil {
 		shared.pair.Stop()
 	}
