@@ -50,6 +50,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad mirroring": {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nmirroring: {clients: [{client_id: x, topics: [t]}]}\n", "mirroring.clients[0]"},
 		"bad limit":     {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nlimits: {socket_send_bytes: -5}\n", `"limits.socket_send_bytes"`},
 		"tls on gnet":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: gnet\ntls: {upstream: {enabled: true}}\n", "gnet carries plaintext only"},
+		"short lease":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nownership_lease: 100ms\n", `"ownership_lease"`},
 	} {
 		code, _, errs := run("serve", "--config", write(tc.body))
 		if code != 2 || !strings.Contains(errs, tc.want) {
