@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // GroupCopy is what one pass of copying group offsets did.
@@ -58,7 +59,7 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 		if err != nil {
 			return out, fmt.Errorf("offsets of group %s on the source: %w", g, err)
 		}
-		do, err := padm.FetchOffsets(ctx, g)
+		do, err := fetchOffsetsOf(ctx, px, g, ends)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			// Some brokers answer so for a group that never committed there: nothing yet.
 			do, err = kadm.OffsetResponses{}, nil
@@ -102,6 +103,48 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			})
 		}
 		out = append(out, gc)
+	}
+	return out, nil
+}
+
+// fetchOffsetsOf reads a group's committed offsets for the partitions of parts only (the
+// mirrored topics). Asking for every topic of the group (kadm's FetchOffsets) would make
+// offsetgate read the source view of every mirror topic on the destination before it
+// answers, since any of them may be in the answer: with many mirror topics, longer than a
+// client waits for an answer.
+func fetchOffsetsOf(ctx context.Context, cl *kgo.Client, group string, parts kadm.ListedOffsets) (kadm.OffsetResponses, error) {
+	rg := kmsg.NewOffsetFetchRequestGroup()
+	rg.Group = group
+	for t, ps := range parts {
+		gt := kmsg.NewOffsetFetchRequestGroupTopic()
+		gt.Topic = t // the client fills in the topic id for v10, and the names in the answer
+		for p := range ps {
+			gt.Partitions = append(gt.Partitions, p)
+		}
+		rg.Topics = append(rg.Topics, gt)
+	}
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Groups = append(req.Groups, rg)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	out := kadm.OffsetResponses{}
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			return nil, err
+		}
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				if out[t.Topic] == nil {
+					out[t.Topic] = map[int32]kadm.OffsetResponse{}
+				}
+				out[t.Topic][p.Partition] = kadm.OffsetResponse{
+					Offset: kadm.Offset{Topic: t.Topic, Partition: p.Partition, At: p.Offset, LeaderEpoch: p.LeaderEpoch},
+					Err:    kerr.ErrorForCode(p.ErrorCode),
+				}
+			}
+		}
 	}
 	return out, nil
 }
