@@ -217,3 +217,36 @@ func Names(t testing.TB, what string) string {
 	n := strings.NewReplacer("/", "-", " ", "_", "#", "-").Replace(t.Name())
 	return fmt.Sprintf("%s-%s-%s", n, what, strconv.FormatInt(time.Now().UnixNano()%1e9, 36))
 }
+
+// LockOwnPair waits for the machine-wide lock held while a process runs clusters of its own
+// that break brokers (the fault campaign): one such pair at a time on a machine. unlock gives
+// it back (more than once is fine).
+func LockOwnPair(ctx context.Context) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "offsetgate-own-kafka-pair.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != syscall.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("testkafka: locking own pair: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		})
+	}, nil
+}
