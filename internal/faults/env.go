@@ -80,7 +80,8 @@ func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
 	}
 	for _, n := range e.dst.Nodes {
 		_, p, _ := net.SplitHostPort(n.AliasAddr())
-		r, err := relay.Listen(n.AliasAddr(), net.JoinHostPort("127.0.0.1", p), true)
+		// Frames, not chunks: dest-refuse-writes reads and rewrites Produce traffic.
+		r, err := relay.Listen(n.AliasAddr(), net.JoinHostPort("127.0.0.1", p), false)
 		if err != nil {
 			return nil, fmt.Errorf("relay to destination node %d: %w", n.ID, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"offsetgate/internal/relay"
 )
@@ -120,7 +119,7 @@ func kinds() []kind {
 			d := between(rng, 2*time.Second, 12*time.Second)
 			return fmt.Sprintf("mirror-offsetgate link stalled for %s", d.Round(time.Millisecond)), linkStall(ctx, e.ogLinks, d)
 		}},
-		{"dest-refuse-writes", "the destination refuses writes for 2-10 s: min.insync.replicas 3 (above the 2 replicas) on the mirror topic or its ledger", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+		{"dest-refuse-writes", "the destination refuses offsetgate's writes to the mirror topic (or its ledger) for 2-10 s: CORRUPT_MESSAGE, nothing appended; or NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
 			d := between(rng, 2*time.Second, 10*time.Second)
 			topic := e.topic
 			if rng.IntN(3) == 0 {
@@ -130,30 +129,24 @@ func kinds() []kind {
 				}
 				topic = lt
 			}
-			set := func(v *string) error {
-				op := kadm.SetConfig
-				if v == nil {
-					op = kadm.DeleteConfig
-				}
-				resp, err := e.dstAdm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: op, Name: "min.insync.replicas", Value: v}}, topic)
-				if err == nil {
-					for _, r := range resp {
-						if r.Err != nil {
-							err = fmt.Errorf("%w (%s)", r.Err, r.ErrMessage)
-						}
-					}
-				}
-				return err
+			w := &writeRefusal{topic: topic, appended: rng.IntN(2) == 0, reqs: map[[2]int32]int16{}}
+			ts, err := e.dstAdm.ListTopics(ctx, topic)
+			if err != nil {
+				return "", err
 			}
-			three := "3"
-			if err := set(&three); err != nil {
-				return "", fmt.Errorf("min.insync.replicas 3 on %s: %w", topic, err)
+			w.id = ts[topic].ID
+			for _, r := range e.dstLinks {
+				r.SetFault(w.fault)
 			}
 			serr := sleep(ctx, d)
-			if err := set(nil); err != nil {
-				return "", fmt.Errorf("min.insync.replicas back on %s: %w", topic, err)
+			for _, r := range e.dstLinks {
+				r.SetFault(nil)
 			}
-			return fmt.Sprintf("%s refused writes (min.insync.replicas 3) for %s", topic, d.Round(time.Millisecond)), serr
+			how := "CORRUPT_MESSAGE, nothing appended"
+			if w.appended {
+				how = "NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended"
+			}
+			return fmt.Sprintf("%s: %d writes refused (%s) in %s", topic, w.hits.Load(), how, d.Round(time.Millisecond)), serr
 		}},
 	}
 }

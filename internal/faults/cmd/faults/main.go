@@ -29,6 +29,7 @@ func main() {
 	count := fs.Int("count", 10, "faults to inject")
 	budget := fs.Duration("budget", 10*time.Minute, "stop injecting faults after this long")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default: all): "+strings.Join(faults.KindNames(), ","))
+	cycle := fs.Bool("cycle", false, "take the kinds in turn instead of letting each fault's seed pick one")
 	replay := fs.String("replay", "", "comma-separated fault seeds to run, in order (from a report), instead of drawing faults")
 	lease := fs.Duration("lease", 5*time.Second, "offsetgate's ownership_lease (stops last longer than it)")
 	partitions := fs.Int("partitions", 4, "partitions of the mirrored topic")
@@ -45,7 +46,7 @@ func main() {
 		*seed = uint64(time.Now().UnixNano())
 	}
 	cfg := faults.Config{Seed: *seed, Count: *count, Budget: *budget, Bin: *bin, Dir: *dir, Lease: *lease,
-		Partitions: int32(*partitions), Rate: *rate, Recovery: *recovery, Log: os.Stderr}
+		Partitions: int32(*partitions), Rate: *rate, Recovery: *recovery, Log: os.Stderr, Cycle: *cycle}
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
 	}
@@ -66,6 +67,9 @@ func main() {
 	}
 	if *replay != "" {
 		cfg.Command += " --replay " + *replay
+	}
+	if *cycle {
+		cfg.Command += " --cycle"
 	}
 	if _, err := os.Stat(*bin); err != nil {
 		fmt.Fprintf(os.Stderr, "faults: --bin: %v\n", err)
