@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-
 	"offsetgate/internal/relay"
 )
 
