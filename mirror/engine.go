@@ -177,7 +177,7 @@ func (e *engine) addTopic(ctx context.Context, topic string, pr prepared) error 
 	})
 	if err != nil {
 		for _, st := range stats {
-			st.state.Store("stopped: " + err.Error())
+			st.state.Store(stoppedPrefix + err.Error())
 		}
 		return err
 	}
@@ -311,7 +311,7 @@ func (e *engine) stopLocked(p *part, err error) {
 	}
 	p.finished = true
 	p.sum.Err = err
-	p.st.state.Store("stopped: " + err.Error())
+	p.st.state.Store(stoppedPrefix + err.Error())
 	e.closeLocked(p)
 }
 

@@ -2,6 +2,7 @@ package mirror_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"regexp"
 	"sync"
@@ -10,9 +11,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/internal/realclients"
+	"offsetgate/internal/relay"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
 )
@@ -92,7 +96,7 @@ func TestMoveGroupsLive(t *testing.T) {
 		pcl, _ := kgo.NewClient(kgo.SeedBrokers(px))
 		defer pcl.Close()
 		waitUntil(t, time.Minute, func() bool {
-			po, err := kadm.NewClient(pcl).FetchOffsets(ctx, group)
+			po, err := groupOffsetsOf(ctx, pcl, group, topic, 2)
 			if err != nil {
 				return false
 			}
@@ -192,4 +196,123 @@ func TestMoveGroupsLive(t *testing.T) {
 		}
 	}
 	t.Logf("%d records produced during the test, each processed once by each group", total)
+}
+
+// groupOffsetsOf reads a group's offsets of one topic's partitions. Through offsetgate, asking
+// for every topic of a group makes it read the source view of every mirror topic first (any of
+// them may be in the answer); the shared destination holds hundreds.
+func groupOffsetsOf(ctx context.Context, cl *kgo.Client, group, topic string, partitions int32) (kadm.OffsetResponses, error) {
+	rg := kmsg.NewOffsetFetchRequestGroup()
+	rg.Group = group
+	gt := kmsg.NewOffsetFetchRequestGroupTopic()
+	gt.Topic = topic
+	for p := int32(0); p < partitions; p++ {
+		gt.Partitions = append(gt.Partitions, p)
+	}
+	rg.Topics = append(rg.Topics, gt)
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Groups = append(req.Groups, rg)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	out := kadm.OffsetResponses{}
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			return nil, err
+		}
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				if out[t.Topic] == nil {
+					out[t.Topic] = map[int32]kadm.OffsetResponse{}
+				}
+				out[t.Topic][p.Partition] = kadm.OffsetResponse{Offset: kadm.Offset{Topic: t.Topic, Partition: p.Partition, At: p.Offset},
+					Err: kerr.ErrorForCode(p.ErrorCode)}
+			}
+		}
+	}
+	return out, nil
+}
+
+// The mirror's group copy asks offsetgate for the group's offsets of the mirrored topics only.
+// An OffsetFetch for every topic of a group makes offsetgate read the source view of every
+// mirror topic on the destination before it answers (any of them may be in the answer): just
+// after offsetgate started, in front of a destination with hundreds of mirror topics, that took
+// longer than the client waits (TestMoveConsumerGroup failed so, under -race, in two runs of
+// three).
+func TestCopyGroupsNamesItsTopics(t *testing.T) {
+	prefix := testkafka.Names(t, "cg")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic, group := prefix+"-t", prefix+"-g"
+	if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 200, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if _, err := mirror.Once(ctx, e.mirrorConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	sadm := kadm.NewClient(e.srcClient(t))
+	if _, err := sadm.CommitOffsets(ctx, group, kadm.Offsets{topic: {
+		0: {Topic: topic, Partition: 0, At: 40, LeaderEpoch: -1},
+		1: {Topic: topic, Partition: 1, At: 60, LeaderEpoch: -1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// The group copy through a relay that reads every OffsetFetch it carries.
+	var mu sync.Mutex
+	var fetches, all int
+	set := relay.NewSet(false, func(_ int, dir relay.Direction, frame []byte) relay.Action {
+		if dir != relay.ToServer || len(frame) < 14 || binary.BigEndian.Uint16(frame[4:]) != uint16(kmsg.OffsetFetch) {
+			return relay.Pass
+		}
+		v := int16(binary.BigEndian.Uint16(frame[6:]))
+		body := frame[12:]
+		if n := int16(binary.BigEndian.Uint16(body)); n > 0 { // client id
+			body = body[2+int(n):]
+		} else {
+			body = body[2:]
+		}
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.SetVersion(v)
+		if req.IsFlexible() {
+			body = body[1:] // no tagged fields in the header
+		}
+		if err := req.ReadFrom(body); err != nil {
+			t.Errorf("OffsetFetch v%d: %v", v, err)
+			return relay.Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fetches++
+		if v < 8 && req.Topics == nil {
+			all++
+		}
+		for _, g := range req.Groups {
+			if g.Topics == nil {
+				all++
+			}
+		}
+		return relay.Pass
+	})
+	defer set.Close()
+	plain, err := kgo.NewClient(kgo.SeedBrokers(e.plain(t)), kgo.Dialer(set.Dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	res, err := mirror.CopyGroups(ctx, e.srcClient(t), plain, regexp.MustCompile("^"+regexp.QuoteMeta(group)+"$"), []string{topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Copied != 2 || res[0].Partition[topic][0] != 40 || res[0].Partition[topic][1] != 60 {
+		t.Fatalf("copied %+v", res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fetches == 0 || all > 0 {
+		t.Fatalf("%d OffsetFetch requests through offsetgate, %d of them for every topic of the group", fetches, all)
+	}
 }

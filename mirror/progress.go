@@ -67,6 +67,9 @@ func (t *tracker) add(topic string, partition int32) *partStats {
 	return p
 }
 
+// stoppedPrefix begins the state of a partition stopped on an error.
+const stoppedPrefix = "stopped: "
+
 // update refreshes the gauges from the stats.
 func (t *tracker) update() {
 	t.mu.Lock()
@@ -82,8 +85,10 @@ func (t *tracker) update() {
 		} else {
 			t.lag.DeleteLabelValues(l...) // unknown is not zero
 		}
+		// Only a partition stopped on an error: mirroring, retrying, waiting for a leader
+		// and done are not stopped.
 		stopped := 0.0
-		if s := p.state.Load().(string); s != "" && s != "done" {
+		if strings.HasPrefix(p.state.Load().(string), stoppedPrefix) {
 			stopped = 1
 		}
 		t.stopped.WithLabelValues(l...).Set(stopped)

@@ -134,3 +134,29 @@ func TestTrackerLinesCountTheInterval(t *testing.T) {
 		}
 	}
 }
+
+// The stopped gauge is 1 for a partition stopped on an error and for nothing else: not while
+// it starts, mirrors, retries or waits for a leader, and not once it is done.
+func TestTrackerStoppedGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tr := newTracker(reg)
+	p := tr.add("orders", 0)
+	for _, c := range []struct {
+		state string
+		want  float64
+	}{
+		{"", 0},
+		{"starting: reading the mirrored end and the source's offsets", 0},
+		{"mirroring", 0},
+		{"retrying (3): connection refused", 0},
+		{"waiting for the source's leader", 0},
+		{"done", 0},
+		{"stopped: the source went backwards", 1},
+	} {
+		p.state.Store(c.state)
+		tr.update()
+		if v := gauge(t, reg, "offsetgate_mirror_client_stopped"); v != c.want {
+			t.Errorf("state %q: stopped gauge %v, want %v", c.state, v, c.want)
+		}
+	}
+}

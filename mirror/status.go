@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -36,13 +37,30 @@ type PartitionStatus struct {
 	SourceEnd  *int64 `json:"source_end,omitempty"`
 	Lag        *int64 `json:"lag,omitempty"`
 	LagUnknown string `json:"lag_unknown,omitempty"`
+	// With a source client: the log starts (source offsets) of the mirror through offsetgate
+	// and of the source, and HeadLost, the offsets the source still holds below the mirror's
+	// log start. The mirror moves its log start only up to the source's, so anything the
+	// source holds below it was lost on the destination (deleted there directly, say).
+	LogStart       *int64 `json:"log_start,omitempty"`
+	SourceLogStart *int64 `json:"source_log_start,omitempty"`
+	HeadLost       *int64 `json:"head_lost,omitempty"`
+	HeadUnknown    string `json:"head_unknown,omitempty"`
 }
 
-// State is what the table shows for the partition: halted, not started or ok.
+// State is what the table shows for the partition: halted, lost at the head, not started or
+// ok.
 func (p PartitionStatus) State() string {
+	var s []string
+	if p.Halted != "" {
+		s = append(s, "HALTED: "+p.Halted)
+	}
+	if p.HeadLost != nil && *p.HeadLost > 0 {
+		s = append(s, fmt.Sprintf("LOST AT HEAD: the source still holds [%d, %d), the mirror starts at %d",
+			*p.SourceLogStart, *p.SourceLogStart+*p.HeadLost, *p.LogStart))
+	}
 	switch {
-	case p.Halted != "":
-		return "HALTED: " + p.Halted
+	case len(s) > 0:
+		return strings.Join(s, "; ")
 	case p.End < 0:
 		return "not started: nothing mirrored yet"
 	}
@@ -84,9 +102,12 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		if !ok || t.Err != nil {
 			continue
 		}
-		var srcEnds, srcStarts kadm.ListedOffsets
-		var srcErr error
+		var srcEnds, srcStarts, pxStarts kadm.ListedOffsets
+		var srcErr, pxErr error
 		if src != nil {
+			// The mirror's log starts before the source's (see verify.Run: read this way
+			// round, retention moving on in between cannot look like a loss).
+			pxStarts, pxErr = padm.ListStartOffsets(ctx, m.Topic)
 			sadm := kadm.NewClient(src)
 			if srcEnds, srcErr = sadm.ListEndOffsets(ctx, m.Topic); srcErr == nil {
 				srcStarts, srcErr = sadm.ListStartOffsets(ctx, m.Topic)
@@ -124,6 +145,9 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 			}
 			if src != nil {
 				ps.SourceEnd, ps.Lag, ps.LagUnknown = lag(srcEnds, srcStarts, srcErr, m.Topic, p, ps.End)
+				if ps.End >= 0 {
+					ps.LogStart, ps.SourceLogStart, ps.HeadLost, ps.HeadUnknown = headLost(pxStarts, pxErr, srcStarts, srcEnds, srcErr, m.Topic, p)
+				}
 			}
 			out = append(out, ps)
 		}
@@ -157,6 +181,32 @@ func lag(ends, starts kadm.ListedOffsets, err error, topic string, p int32, mirr
 	}
 	end, l := e.Offset, max(e.Offset-from, 0)
 	return &end, &l, ""
+}
+
+// headLost is the mirror's and the source's log starts and the offsets the source holds below
+// the mirror's, or why they are not known.
+func headLost(pxStarts kadm.ListedOffsets, pxErr error, starts, ends kadm.ListedOffsets, err error, topic string, p int32) (*int64, *int64, *int64, string) {
+	if pxErr != nil {
+		return nil, nil, nil, "mirror log start not read: " + pxErr.Error()
+	}
+	if err != nil {
+		return nil, nil, nil, "source not read: " + err.Error()
+	}
+	m, ok := pxStarts.Lookup(topic, p)
+	if !ok || m.Err != nil {
+		return nil, nil, nil, fmt.Sprintf("mirror log start of %s[%d] not read: %v", topic, p, lookupErr(ok, m.Err))
+	}
+	s, ok := starts.Lookup(topic, p)
+	if !ok || s.Err != nil {
+		return nil, nil, nil, fmt.Sprintf("source log start of %s[%d] not read: %v", topic, p, lookupErr(ok, s.Err))
+	}
+	e, ok := ends.Lookup(topic, p)
+	if !ok || e.Err != nil {
+		return nil, nil, nil, fmt.Sprintf("source end of %s[%d] not read: %v", topic, p, lookupErr(ok, e.Err))
+	}
+	ms, ss := m.Offset, s.Offset
+	lost := max(min(ms, e.Offset)-ss, 0)
+	return &ms, &ss, &lost, ""
 }
 
 // readTopic reads one partition of a topic from its start to its end at the time of the call.

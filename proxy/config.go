@@ -57,6 +57,10 @@ type Config struct {
 	// MaxFill is the largest hole in source offsets filled with filler records; larger holes
 	// start a new shift segment. Default 10000.
 	MaxFill int64 `yaml:"max_fill"`
+	// OwnershipLease is how long this instance's claim on a mirror partition it writes holds
+	// without renewal (renewed by writing); another instance is refused until it runs out.
+	// Default 30s; at least 1s.
+	OwnershipLease time.Duration `yaml:"ownership_lease"`
 	// Dial, when set, replaces the dialer of offsetgate's own connections to the destination
 	// (catalog, ledger, produce-at-offset writes): a seam for fault-injection tests, never
 	// from YAML. Client connections' upstreams do not use it.
@@ -170,6 +174,9 @@ func (c *Config) Defaults() {
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
+	if c.OwnershipLease == 0 {
+		c.OwnershipLease = 30 * time.Second
+	}
 }
 
 // Validate checks the configuration and names the bad key in its error.
@@ -237,6 +244,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateMirroring()...)
 	if c.EventLoops < 0 {
 		bad("event_loops", "must be >= 0")
+	}
+	if c.OwnershipLease < time.Second {
+		bad("ownership_lease", "must be at least 1s (the claim is renewed when less than half of it is left)")
 	}
 	l := c.Limits
 	if l.MaxFrameBytes < 1024 {

@@ -32,6 +32,8 @@ type Config struct {
 	Instance string
 	// MaxFill is the largest hole filled with filler records (atoffset.Config).
 	MaxFill int64
+	// Lease is how long an ownership claim holds without renewal (atoffset.Config; zero: 30s).
+	Lease time.Duration
 	// Dial opens offsetgate's own connections to a destination broker (pipelined writes).
 	Dial func(ctx context.Context, addr string) (*wire.Conn, error)
 	// OpenTimeout bounds reading the marks at start (60 s when zero).
@@ -113,7 +115,7 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		}
 		return nil
 	}
-	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Instance: cfg.Instance, Dial: cfg.Dial, OnEntries: st.View.Record, Find: find, Between: between},
+	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
 	return st, nil
 }

@@ -2,6 +2,12 @@
 // the source and through offsetgate over the range both hold when it starts (from the larger
 // log start to the smaller high watermark) and compares them batch by batch, every header
 // field and the records, or record by record. Comparing nothing is an error, never a success.
+//
+// What lies outside that range is reported too, at both ends: the source's tail beyond the
+// copy's end (not mirrored yet), and the source's head below the copy's log start. The mirror
+// moves the copy's log start up to the source's and never beyond it, so a copy whose log start
+// is above the source's lacks records the source still holds: a loss, never explained by the
+// mirror's own log-start following.
 package verify
 
 import (
@@ -67,6 +73,13 @@ type Result struct {
 	Diff      *Difference
 	// Tail is how many source offsets are beyond what offsetgate holds (not mirrored yet).
 	Tail int64
+	// HeadLost is how many source offsets the source still holds below the copy's log start:
+	// [SourceStart, SourceStart+HeadLost) is on the source and no longer on the copy. The
+	// mirror only ever moves the copy's log start up to the source's, so this is a loss
+	// (records deleted on the destination directly, say).
+	HeadLost int64
+	// SourceStart and CopyStart are the log starts read (source offsets).
+	SourceStart, CopyStart int64
 	// Transactional is set when a transactional batch was compared; then the read_committed
 	// views were compared too: the last stable offsets (SourceLSO, ProxyLSO) and the aborted
 	// transactions each side names over the range (Aborted, the source's count).
@@ -78,8 +91,8 @@ type Result struct {
 
 // Line is the one-line report of a partition.
 func (r Result) Line(topic string) string {
-	head := fmt.Sprintf("%s[%d] [%d, %d): %d batches, %d records, %d bytes compared, source tail not mirrored: %d",
-		topic, r.Partition, r.From, r.To, r.Batches, r.Records, r.Bytes, r.Tail)
+	head := fmt.Sprintf("%s[%d] [%d, %d): %d batches, %d records, %d bytes compared, source tail not mirrored: %d, source head lost: %d",
+		topic, r.Partition, r.From, r.To, r.Batches, r.Records, r.Bytes, r.Tail, r.HeadLost)
 	if r.Transactional {
 		head += fmt.Sprintf(", last stable offset %d (source %d), %d aborted transactions", r.ProxyLSO, r.SourceLSO, r.Aborted)
 	}
@@ -88,8 +101,23 @@ func (r Result) Line(topic string) string {
 		return head + ": ERROR: " + r.Err.Error()
 	case r.Diff != nil:
 		return head + ": DIFFERENT: " + r.Diff.String()
+	case r.HeadLost > 0:
+		return head + ": LOST: " + r.LostString()
 	}
 	return head + ": identical"
+}
+
+// LostString says what the copy lacks at the head, or "" when nothing.
+func (r Result) LostString() string {
+	if r.HeadLost <= 0 {
+		return ""
+	}
+	s := fmt.Sprintf("the source still holds offsets [%d, %d) and the copy does not (its log start is %d)",
+		r.SourceStart, r.SourceStart+r.HeadLost, r.CopyStart)
+	if r.Batches > 0 {
+		s += fmt.Sprintf("; identical over [%d, %d)", r.From, r.To)
+	}
+	return s
 }
 
 // ErrNothing is returned for a partition where no batch could be compared.
@@ -111,13 +139,17 @@ func Run(ctx context.Context, cfg Config, report func(Result)) ([]Result, error)
 		copyName = "through offsetgate"
 	}
 	sadm, padm := kadm.NewClient(cfg.Source), kadm.NewClient(cfg.Proxy)
-	sStart, sEnd, err := bounds(ctx, sadm, cfg.Topic)
-	if err != nil {
-		return nil, fmt.Errorf("on the source: %w", err)
-	}
+	// The copy first: log starts only rise, and the mirror moves the copy's up to the source's
+	// as it was then, so a source log start read afterwards is at least the copy's unless the
+	// copy lost records. (Read the other way round, the source's retention moving on between
+	// the two reads, and the mirror following it, would look like a loss.)
 	pStart, pEnd, err := bounds(ctx, padm, cfg.Topic)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", copyName, err)
+	}
+	sStart, sEnd, err := bounds(ctx, sadm, cfg.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("on the source: %w", err)
 	}
 	parts := cfg.Partitions
 	if len(parts) == 0 {
@@ -138,6 +170,8 @@ func Run(ctx context.Context, cfg Config, report func(Result)) ([]Result, error)
 			r.Err = fmt.Errorf("partition %d does not exist through offsetgate", p)
 		default:
 			r.From, r.To, r.Tail = max(sStart[p], pStart[p]), min(se, pe), max(se-pe, 0)
+			r.SourceStart, r.CopyStart = sStart[p], pStart[p]
+			r.HeadLost = max(min(pStart[p], se)-sStart[p], 0)
 			r.Err = compare(ctx, cfg, &r)
 			if r.Err == nil && r.Diff == nil && r.Transactional {
 				r.Err = compareCommitted(ctx, cfg, &r)
@@ -145,7 +179,8 @@ func Run(ctx context.Context, cfg Config, report func(Result)) ([]Result, error)
 			if r.Diff != nil {
 				r.Diff.copy = cfg.CopyName
 			}
-			if r.Err == nil && r.Diff == nil && r.Batches == 0 {
+			if r.Err == nil && r.Diff == nil && r.Batches == 0 && r.HeadLost == 0 {
+				// (A copy that lost everything the source holds is reported as a loss.)
 				r.Err = ErrNothing
 			}
 		}

@@ -28,7 +28,7 @@ func commands() []command {
 		{"serve", "run the proxy in front of a destination cluster", runServe},
 		{"mirror", "mirror topics from a source cluster through offsetgate, offsets included", runMirror},
 		{"status", "show every mirror partition: mirrored end, shift segments, epoch, lag, halts", runStatus},
-		{"verify", "compare a topic on the source and through offsetgate, batch by batch (exit 0 identical, 1 different, 2 error)", runVerify},
+		{"verify", "compare a topic on the source and through offsetgate, batch by batch (exit 0 identical, 1 different, 2 error, 3 lost at the head)", runVerify},
 		{"promote", "make a mirror topic an ordinary one once its source is retired (removes the mirror mark)", runPromote},
 		{"demo", "the whole journey in one process on embedded clusters: mirror a topic, move a consumer group, verify", runDemo},
 		{"version", "print the version and the protocol library it was built with", runVersion},

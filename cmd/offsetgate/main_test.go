@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"offsetgate/proxy"
+	"offsetgate/verify"
 )
 
 func run(args ...string) (int, string, string) {
@@ -51,6 +52,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad mirroring": {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nmirroring: {clients: [{client_id: x, topics: [t]}]}\n", "mirroring.clients[0]"},
 		"bad limit":     {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nlimits: {socket_send_bytes: -5}\n", `"limits.socket_send_bytes"`},
 		"tls on gnet":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: gnet\ntls: {upstream: {enabled: true}}\n", "gnet carries plaintext only"},
+		"short lease":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nownership_lease: 100ms\n", `"ownership_lease"`},
 	} {
 		code, _, errs := run("serve", "--config", write(tc.body))
 		if code != 2 || !strings.Contains(errs, tc.want) {
@@ -122,5 +124,34 @@ func TestDemo(t *testing.T) {
 	src, og, sum, distinct, twice, produced := n(m[1]), n(m[2]), n(m[3]), n(m[4]), n(m[5]), n(m[6])
 	if src == 0 || og == 0 || src+og != sum || sum != distinct || twice != 0 || distinct != produced || n(v[1]) != produced {
 		t.Fatalf("the demo's numbers do not add up: %q, %q", m[0], v[0])
+	}
+}
+
+// verify's exit code over several partitions: an error, then a difference, then a loss at the
+// head, then identical.
+func TestVerifyExitCodes(t *testing.T) {
+	ok := verify.Result{Batches: 1}
+	lost := verify.Result{Batches: 1, HeadLost: 300}
+	diff := verify.Result{Batches: 1, Diff: &verify.Difference{}}
+	bad := verify.Result{Err: verify.ErrNothing}
+	for _, c := range []struct {
+		res  []verify.Result
+		want int
+	}{
+		{[]verify.Result{ok, ok}, 0},
+		{[]verify.Result{ok, lost}, 3},
+		{[]verify.Result{lost, diff, ok}, 1},
+		{[]verify.Result{diff, lost, bad}, 2},
+		{[]verify.Result{{HeadLost: 5}}, 3}, // everything lost: nothing to compare, still a loss
+	} {
+		if got := verifyExit(c.res); got != c.want {
+			t.Errorf("%+v: exit %d, want %d", c.res, got, c.want)
+		}
+	}
+	code, _, errs := run("verify", "--help")
+	for _, want := range []string{"  0  identical", "  1  different", "  2  error", "  3  lost"} {
+		if code != 0 || !strings.Contains(errs, want) {
+			t.Fatalf("verify --help (exit %d) does not document %q:\n%s", code, want, errs)
+		}
 	}
 }

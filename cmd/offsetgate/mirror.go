@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -100,6 +101,8 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if *metricsAddr != "" {
 		reg := prometheus.NewRegistry()
+		// The process's own gauges too (goroutines, open descriptors), as offsetgate serve has.
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		cfg.Metrics = reg
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {

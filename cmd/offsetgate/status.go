@@ -21,7 +21,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate status --proxy HOST:PORT [--source HOST:PORT (to show the lag)] [--json] [identity flags]")
-		fmt.Fprintln(stderr, "offsetgate lets only approved mirroring clients read the mirror marks: give the mirror's identity.")
+		fmt.Fprintln(stderr, "Every mirror partition: mirrored end, shift segments, source epoch and halts; with --source also the lag")
+		fmt.Fprintln(stderr, "and what the destination lost at the head (LOST AT HEAD: records the source still holds below the mirror's")
+		fmt.Fprintln(stderr, "log start). offsetgate lets only approved mirroring clients read the mirror marks: give the mirror's identity.")
+		fmt.Fprintln(stderr, "Exit codes: 0 listed, 1 offsetgate could not be read, 2 bad usage.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
@@ -94,6 +97,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		case src != nil:
 			lag = "unknown"
 			state += " (lag unknown: " + p.LagUnknown + ")"
+		}
+		if p.HeadUnknown != "" {
+			state += " (head unknown: " + p.HeadUnknown + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, p.End, strings.Join(segs, " "), p.Epoch, lag, state)
 	}

@@ -11,12 +11,35 @@ import (
 	"offsetgate/verify"
 )
 
-// Exit codes of `offsetgate verify`.
+// Exit codes of `offsetgate verify`. Over several partitions the worst wins: an error, then a
+// difference, then a loss at the head.
 const (
-	verifyIdentical = 0
-	verifyDifferent = 1
-	verifyError     = 2
+	verifyIdentical = 0 // identical over the range both hold, and nothing lost at the head
+	verifyDifferent = 1 // a batch or record differs (the line names the first difference)
+	verifyError     = 2 // unreachable cluster, missing topic, nothing to compare, bad usage
+	verifyLost      = 3 // the destination lacks records at the head that the source still holds
 )
+
+// verifyExit is the exit code for a run's results.
+func verifyExit(res []verify.Result) int {
+	rank := map[int]int{verifyIdentical: 0, verifyLost: 1, verifyDifferent: 2, verifyError: 3}
+	code := verifyIdentical
+	for _, r := range res {
+		c := verifyIdentical
+		switch {
+		case r.Err != nil:
+			c = verifyError
+		case r.Diff != nil:
+			c = verifyDifferent
+		case r.HeadLost > 0:
+			c = verifyLost
+		}
+		if rank[c] > rank[code] {
+			code = c
+		}
+	}
+	return code
+}
 
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
@@ -28,8 +51,14 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	asJSON := fs.Bool("json", false, "print JSON instead of one line per partition")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate verify --source HOST:PORT --proxy HOST:PORT --topic T [--partition N] [--level bytes|records]")
-		fmt.Fprintln(stderr, "Compares the source and offsetgate over the range both hold. Exit 0: identical, 1: different, 2: error")
-		fmt.Fprintln(stderr, "(comparing nothing is an error).")
+		fmt.Fprintln(stderr, "Compares the source and offsetgate over the range both hold, and reports what lies outside it: the")
+		fmt.Fprintln(stderr, "source's tail not mirrored yet, and the source's head lost (records the source still holds below the")
+		fmt.Fprintln(stderr, "copy's log start: the mirror never moves the copy's log start above the source's, so these were lost).")
+		fmt.Fprintln(stderr, "Exit codes (over several partitions the first that applies: 2, 1, 3, 0):")
+		fmt.Fprintln(stderr, "  0  identical over the range both hold, nothing lost at the head (a tail not mirrored yet is not a failure)")
+		fmt.Fprintln(stderr, "  1  different: a batch or record differs (the line names the first difference)")
+		fmt.Fprintln(stderr, "  2  error: bad usage, unreachable cluster, missing topic or partition, or nothing to compare")
+		fmt.Fprintln(stderr, "  3  lost: the destination lacks records at the head that the source still holds")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
@@ -86,30 +115,27 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "offsetgate verify:", err)
 		return verifyError
 	}
-	code := verifyIdentical
-	for _, r := range res {
-		switch {
-		case r.Err != nil:
-			code = verifyError
-		case r.Diff != nil && code == verifyIdentical:
-			code = verifyDifferent
-		}
-	}
+	code := verifyExit(res)
 	if *asJSON {
 		type line struct {
-			Partition  int32  `json:"partition"`
-			From       int64  `json:"from"`
-			To         int64  `json:"to"`
-			Batches    int64  `json:"batches"`
-			Records    int64  `json:"records"`
-			Bytes      int64  `json:"bytes"`
-			SourceTail int64  `json:"source_tail"`
-			Difference string `json:"difference,omitempty"`
-			Error      string `json:"error,omitempty"`
+			Partition      int32  `json:"partition"`
+			From           int64  `json:"from"`
+			To             int64  `json:"to"`
+			Batches        int64  `json:"batches"`
+			Records        int64  `json:"records"`
+			Bytes          int64  `json:"bytes"`
+			SourceTail     int64  `json:"source_tail"`
+			SourceHeadLost int64  `json:"source_head_lost"`
+			SourceLogStart int64  `json:"source_log_start"`
+			LogStart       int64  `json:"log_start"`
+			Lost           string `json:"lost,omitempty"`
+			Difference     string `json:"difference,omitempty"`
+			Error          string `json:"error,omitempty"`
 		}
 		var out []line
 		for _, r := range res {
-			l := line{r.Partition, r.From, r.To, r.Batches, r.Records, r.Bytes, r.Tail, "", ""}
+			l := line{Partition: r.Partition, From: r.From, To: r.To, Batches: r.Batches, Records: r.Records, Bytes: r.Bytes,
+				SourceTail: r.Tail, SourceHeadLost: r.HeadLost, SourceLogStart: r.SourceStart, LogStart: r.CopyStart, Lost: r.LostString()}
 			if r.Diff != nil {
 				l.Difference = r.Diff.String()
 			}

@@ -42,19 +42,28 @@ type Relay struct {
 	target string
 	raw    bool // bytes, not frames (TLS): faults see each read chunk
 
-	mu    sync.Mutex
-	fault Fault
-	delay time.Duration
-	conns map[net.Conn]struct{}
-	n     int
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	fault   Fault
+	delay   time.Duration
+	down    bool // new connections are closed at once
+	stalled bool // nothing is forwarded
+	closed  bool
+	conns   map[net.Conn]struct{}
+	n       int
+	wg      sync.WaitGroup
 }
 
 // start starts a relay to target that sees Kafka frames, or, with raw, bytes as they are read
 // (for TLS traffic, where frames are not visible: a fault gets each chunk, and Drop cuts the
 // connection there).
 func start(target string, raw bool) (*Relay, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return Listen("127.0.0.1:0", target, raw)
+}
+
+// Listen starts a relay listening on addr (a loopback host:port; port 0 picks a free one) to
+// target. raw as for a Set: faults see read chunks, not frames.
+func Listen(addr, target string, raw bool) (*Relay, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +99,37 @@ func (r *Relay) Cut() {
 	}
 }
 
+// SetDown takes the link down (every open connection is cut, and a new one is closed as soon
+// as it is accepted, as a peer that resets connections would) or brings it back up.
+func (r *Relay) SetDown(down bool) {
+	r.mu.Lock()
+	r.down = down
+	r.mu.Unlock()
+	if down {
+		r.Cut()
+	}
+}
+
+// SetStall stalls the link (nothing is forwarded either way: connections stay open, bytes
+// wait in the relay and in the sockets until their windows fill) or lets it flow again.
+func (r *Relay) SetStall(stall bool) {
+	r.mu.Lock()
+	r.stalled = stall
+	r.mu.Unlock()
+}
+
+// Conns is the number of client connections the relay holds open.
+func (r *Relay) Conns() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns) / 2
+}
+
 // Close stops the relay and waits for its goroutines.
 func (r *Relay) Close() {
+	r.mu.Lock()
+	r.closed, r.stalled = true, false
+	r.mu.Unlock()
 	r.ln.Close()
 	r.Cut()
 	r.wg.Wait()
@@ -104,19 +142,56 @@ func (r *Relay) accept() {
 		if err != nil {
 			return
 		}
-		up, err := net.Dial("tcp", r.target)
-		if err != nil {
+		r.mu.Lock()
+		down := r.down || r.closed
+		r.mu.Unlock()
+		if down {
 			c.Close()
 			continue
 		}
-		r.mu.Lock()
-		r.conns[c], r.conns[up] = struct{}{}, struct{}{}
-		r.n++
-		id := r.n
+		r.wg.Add(1)
+		go r.connect(c)
+	}
+}
+
+// connect dials the target for an accepted connection (off the accept loop, so a target that
+// does not answer holds only its own connection) and relays both ways.
+func (r *Relay) connect(c net.Conn) {
+	defer r.wg.Done()
+	up, err := net.DialTimeout("tcp", r.target, 10*time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	r.mu.Lock()
+	if r.down || r.closed {
 		r.mu.Unlock()
-		r.wg.Add(2)
-		go r.pipe(id, c, up, ToServer)
-		go r.pipe(id, up, c, ToClient)
+		c.Close()
+		up.Close()
+		return
+	}
+	r.conns[c], r.conns[up] = struct{}{}, struct{}{}
+	r.n++
+	id := r.n
+	r.mu.Unlock()
+	r.wg.Add(2)
+	go r.pipe(id, c, up, ToServer)
+	go r.pipe(id, up, c, ToClient)
+}
+
+// hold waits while the link is stalled; false when the relay closed meanwhile.
+func (r *Relay) hold() bool {
+	for {
+		r.mu.Lock()
+		stalled, closed := r.stalled, r.closed
+		r.mu.Unlock()
+		if closed {
+			return false
+		}
+		if !stalled {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -140,6 +215,9 @@ func (r *Relay) pipe(id int, from, to net.Conn, dir Direction) {
 				r.mu.Unlock()
 				if d > 0 {
 					time.Sleep(d)
+				}
+				if !r.hold() {
+					return
 				}
 				if f != nil && f(id, dir, buf[:n]) == Drop {
 					return
@@ -172,6 +250,9 @@ func (r *Relay) pipe(id int, from, to net.Conn, dir Direction) {
 		r.mu.Unlock()
 		if d > 0 {
 			time.Sleep(d)
+		}
+		if !r.hold() {
+			return
 		}
 		if f != nil && f(id, dir, frame) == Drop {
 			return

@@ -50,7 +50,16 @@ type Options struct {
 	// PLAINTEXT one (which stays the inter-broker listener and the one the harness itself
 	// uses). Nil means PLAINTEXT only.
 	Secure *SecureOptions
+	// AliasHost, when set (another loopback address, "127.0.0.2"), gives every node one more
+	// plaintext client listener, ALIAS, on a port of its own on 127.0.0.1 that it advertises at
+	// AliasHost with the same port. A client bootstrapped from AliasAddrs learns only alias
+	// addresses, so a relay listening on AliasHost:port (to 127.0.0.1:port) stands between
+	// that client and every node, while brokers and the harness talk directly.
+	AliasHost string
 }
+
+// ListenerAlias names the listener Options.AliasHost adds.
+const ListenerAlias = "ALIAS"
 
 // Node is one Kafka process.
 type Node struct {
@@ -64,6 +73,8 @@ type Node struct {
 
 	// listeners maps client listener names (PLAINTEXT, SSL, ...) to ports on 127.0.0.1.
 	listeners map[string]int
+	// aliasHost is Options.AliasHost.
+	aliasHost string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -88,6 +99,26 @@ func (n *Node) ListenerAddr(name string) string {
 		return ""
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+}
+
+// AliasAddr is where the node advertises its ALIAS listener (Options.AliasHost), or "".
+func (n *Node) AliasAddr() string {
+	p, ok := n.listeners[ListenerAlias]
+	if !ok || n.aliasHost == "" {
+		return ""
+	}
+	return net.JoinHostPort(n.aliasHost, strconv.Itoa(p))
+}
+
+// AliasAddrs lists every node's AliasAddr, controller node first (empty without AliasHost).
+func (c *Cluster) AliasAddrs() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if a := n.AliasAddr(); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // LogPath is the file the node's stdout and stderr go to.
@@ -191,17 +222,24 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	names := clientListeners(o.Secure)
 
-	pp, err := freePorts(o.Brokers*len(names) + 1)
+	nports := len(names)
+	if o.AliasHost != "" {
+		nports++
+	}
+	pp, err := freePorts(o.Brokers*nports + 1)
 	if err != nil {
 		c.Stop()
 		return nil, err
 	}
 	ctrlPort := pp[len(pp)-1]
 	for i := 0; i < o.Brokers; i++ {
-		n := &Node{ID: int32(i + 1), Controller: i == 0, Port: pp[i], listeners: map[string]int{}}
+		n := &Node{ID: int32(i + 1), Controller: i == 0, Port: pp[i], listeners: map[string]int{}, aliasHost: o.AliasHost}
 		n.listeners[ListenerPlaintext] = n.Port
 		for j, name := range names[1:] {
 			n.listeners[name] = pp[o.Brokers*(j+1)+i]
+		}
+		if o.AliasHost != "" {
+			n.listeners[ListenerAlias] = pp[o.Brokers*len(names)+i]
 		}
 		if n.Controller {
 			n.CtrlPort = ctrlPort
@@ -290,7 +328,7 @@ func nodeConfig(n *Node, ctrlPort int, o Options, sec *secureSetup) string {
 		{"controller.quorum.voters", fmt.Sprintf("1@127.0.0.1:%d", ctrlPort)},
 		{"controller.listener.names", "CONTROLLER"},
 		{"inter.broker.listener.name", "PLAINTEXT"},
-		{"listener.security.protocol.map", protocolMap(o.Secure)},
+		{"listener.security.protocol.map", protocolMap(o.Secure, o.AliasHost != "")},
 		{"log.dirs", filepath.Join(n.dir, "data")},
 		{"auto.create.topics.enable", "false"},
 		{"num.partitions", "1"},
@@ -317,21 +355,27 @@ func nodeConfig(n *Node, ctrlPort int, o Options, sec *secureSetup) string {
 		{"replica.lag.time.max.ms", "10000"},
 		{"controlled.shutdown.enable", "true"},
 	}
-	var client []string
+	var client, adv []string
 	for _, name := range clientListeners(o.Secure) {
 		client = append(client, fmt.Sprintf("%s://127.0.0.1:%d", name, n.listeners[name]))
 	}
-	advertised := strings.Join(client, ",")
+	adv = append(adv, client...)
+	if o.AliasHost != "" {
+		p := n.listeners[ListenerAlias]
+		client = append(client, fmt.Sprintf("%s://127.0.0.1:%d", ListenerAlias, p))
+		adv = append(adv, fmt.Sprintf("%s://%s", ListenerAlias, net.JoinHostPort(o.AliasHost, strconv.Itoa(p))))
+	}
+	listeners, advertised := strings.Join(client, ","), strings.Join(adv, ",")
 	if n.Controller {
 		kv = append(kv,
 			[2]string{"process.roles", "broker,controller"},
-			[2]string{"listeners", advertised + fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", ctrlPort)},
+			[2]string{"listeners", listeners + fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", ctrlPort)},
 			[2]string{"advertised.listeners", advertised},
 		)
 	} else {
 		kv = append(kv,
 			[2]string{"process.roles", "broker"},
-			[2]string{"listeners", advertised},
+			[2]string{"listeners", listeners},
 			[2]string{"advertised.listeners", advertised},
 		)
 	}

@@ -54,10 +54,13 @@ func clientListeners(s *SecureOptions) []string {
 	return []string{ListenerPlaintext, ListenerSSL, ListenerSASLPlaintext, ListenerSASLSSL}
 }
 
-func protocolMap(s *SecureOptions) string {
+func protocolMap(s *SecureOptions, alias bool) string {
 	var b strings.Builder
 	for _, name := range clientListeners(s) {
 		fmt.Fprintf(&b, "%s:%s,", name, name)
+	}
+	if alias {
+		fmt.Fprintf(&b, "%s:PLAINTEXT,", ListenerAlias)
 	}
 	b.WriteString("CONTROLLER:PLAINTEXT")
 	return b.String()

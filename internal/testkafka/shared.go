@@ -140,6 +140,15 @@ var shared struct {
 	err  error
 	own  bool
 	lock *os.File
+	exit []func()
+}
+
+// AtExit runs f when Main ends, after the tests and before the shared clusters stop (test
+// binaries built for the run, say).
+func AtExit(f func()) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.exit = append(shared.exit, f)
 }
 
 // Main runs a package's tests with the shared clusters available through Shared. With
@@ -149,6 +158,9 @@ var shared struct {
 func Main(m *testing.M) {
 	code := m.Run()
 	shared.mu.Lock()
+	for _, f := range shared.exit {
+		f()
+	}
 	if shared.own && shared.pair != nil {
 		shared.pair.Stop()
 	}
@@ -204,4 +216,37 @@ func acquire() (*Pair, error) {
 func Names(t testing.TB, what string) string {
 	n := strings.NewReplacer("/", "-", " ", "_", "#", "-").Replace(t.Name())
 	return fmt.Sprintf("%s-%s-%s", n, what, strconv.FormatInt(time.Now().UnixNano()%1e9, 36))
+}
+
+// LockOwnPair waits for the machine-wide lock held while a process runs clusters of its own
+// that break brokers (the fault campaign): one such pair at a time on a machine. unlock gives
+// it back (more than once is fine).
+func LockOwnPair(ctx context.Context) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "offsetgate-own-kafka-pair.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != syscall.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("testkafka: locking own pair: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		})
+	}, nil
 }

@@ -1,0 +1,238 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"offsetgate/mirror"
+)
+
+// check runs the checks after a recovery and adds what held and what failed to o.
+func (c *campaign) check(ctx context.Context, o *Outcome) {
+	e := c.e
+	for _, t := range []*tally{c.direct, c.group} {
+		if v, n := t.take(); n > 0 {
+			o.Failures = append(o.Failures, fmt.Sprintf("%d records not read exactly once in source order, first: %s", n, strings.Join(v[:min(len(v), 3)], "; ")))
+		} else {
+			o.Held = append(o.Held, t.name+" exactly once in order")
+		}
+	}
+
+	vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	code, out, errOut := e.command(vctx, "verify", "--source", e.src.Bootstrap(), "--proxy", e.ogListen, "--topic", e.topic,
+		"--json", "--tls-ca", e.certs.CA.CertFile)
+	var lines []struct {
+		Partition      int32  `json:"partition"`
+		Batches        int64  `json:"batches"`
+		SourceHeadLost int64  `json:"source_head_lost"`
+		Lost           string `json:"lost"`
+		Difference     string `json:"difference"`
+		Error          string `json:"error"`
+	}
+	jerr := json.Unmarshal([]byte(out), &lines)
+	switch {
+	case code != 0 || jerr != nil:
+		var bad []string
+		for _, l := range lines {
+			if l.Error != "" || l.Difference != "" || l.Lost != "" {
+				bad = append(bad, fmt.Sprintf("[%d] %s%s%s", l.Partition, l.Error, l.Difference, l.Lost))
+			}
+		}
+		o.Failures = append(o.Failures, fmt.Sprintf("offsetgate verify exit %d: %s %s", code, strings.Join(bad, "; "), strings.TrimSpace(errOut)))
+	default:
+		o.Held = append(o.Held, "verify identical, nothing lost at the head")
+	}
+
+	code, out, errOut = e.command(vctx, "status", "--proxy", e.ogListen, "--source", e.src.Bootstrap(), "--json",
+		"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile)
+	var st []mirror.PartitionStatus
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		o.Failures = append(o.Failures, fmt.Sprintf("offsetgate status exit %d: %v %s", code, err, strings.TrimSpace(errOut)))
+	} else {
+		halted := false
+		for _, p := range st {
+			if p.Topic != e.topic {
+				continue
+			}
+			if p.Halted != "" {
+				halted = true
+				o.Failures = append(o.Failures, fmt.Sprintf("%s[%d] halted: %s", p.Topic, p.Partition, p.Halted))
+			}
+			if p.HeadLost != nil && *p.HeadLost > 0 {
+				o.Failures = append(o.Failures, fmt.Sprintf("status: %s[%d] %s", p.Topic, p.Partition, p.State()))
+			}
+		}
+		if !halted {
+			o.Held = append(o.Held, "no partition halted")
+		}
+	}
+
+	m, err := scrape(ctx, "http://"+e.mrMetrics+"/metrics")
+	switch {
+	case err != nil:
+		o.Failures = append(o.Failures, "the mirror's metrics: "+err.Error())
+	default:
+		stopped := 0
+		for k, v := range m {
+			if strings.HasPrefix(k, "offsetgate_mirror_client_stopped{") && v != 0 {
+				stopped++
+				o.Failures = append(o.Failures, "the mirror stopped "+k)
+			}
+		}
+		if stopped == 0 {
+			o.Held = append(o.Held, "the mirror stopped no partition")
+		}
+	}
+}
+
+// command runs the offsetgate binary and returns its exit code and output.
+func (e *env) command(ctx context.Context, args ...string) (int, string, string) {
+	cmd := exec.CommandContext(ctx, e.cfg.Bin, args...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return -1, "", err.Error()
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// scrape reads a Prometheus text endpoint: series (name and labels as written) to value.
+func scrape(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[l[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// sample is one look at a process.
+type sample struct {
+	Goroutines, FDs, Sockets int
+}
+
+func (s sample) String() string {
+	return fmt.Sprintf("%d goroutines, %d descriptors (%d sockets)", s.Goroutines, s.FDs, s.Sockets)
+}
+
+// leakSeries is one process life's samples: the first after it started (the baseline), the
+// largest and the last.
+type leakSeries struct {
+	Name                string
+	Life                int
+	Baseline, Max, Last sample
+	Samples             int
+	BaselineAt          string
+}
+
+func (c *campaign) look(ctx context.Context, p *proc) (sample, error) {
+	pid := p.pid()
+	if pid == 0 || !p.running() {
+		return sample{}, fmt.Errorf("%s is not running", p.name)
+	}
+	all, socks, err := fds(pid)
+	if err != nil {
+		return sample{}, err
+	}
+	url := "http://" + c.e.ogAdmin + "/metrics"
+	if p == c.e.mr {
+		url = "http://" + c.e.mrMetrics + "/metrics"
+	}
+	m, err := scrape(ctx, url)
+	if err != nil {
+		return sample{}, err
+	}
+	g, ok := m["go_goroutines"]
+	if !ok {
+		return sample{}, fmt.Errorf("%s exports no go_goroutines", p.name)
+	}
+	return sample{Goroutines: int(g), FDs: all, Sockets: socks}, nil
+}
+
+// over reports whether s is beyond what the baseline allows: half as much again, and at least
+// a margin more (connections come and go with the clients' own retries).
+func over(s, base sample) bool {
+	return s.Goroutines > base.Goroutines+max(base.Goroutines/2, 100) ||
+		s.FDs > base.FDs+max(base.FDs/2, 40) ||
+		s.Sockets > base.Sockets+max(base.Sockets/2, 30)
+}
+
+// sampleLeaks looks at both processes. A process's first look in a life is its baseline; a
+// survivor (a process that lived through the fault) above its baseline is looked at again for
+// 30 s, and what it still holds then is reported as a leak.
+func (c *campaign) sampleLeaks(ctx context.Context, label string, survivors []*proc) []string {
+	var leaks []string
+	for _, p := range []*proc{c.e.og, c.e.mr} {
+		s, err := c.look(ctx, p)
+		if err != nil {
+			c.e.logf("leak check of %s: %v", p.name, err)
+			continue
+		}
+		key := fmt.Sprintf("%s#%d", p.name, p.life())
+		ls := c.rep.Leaks[key]
+		if ls == nil {
+			c.rep.Leaks[key] = &leakSeries{Name: p.name, Life: p.life(), Baseline: s, Max: s, Last: s, Samples: 1, BaselineAt: label}
+			continue
+		}
+		survivor := false
+		for _, q := range survivors {
+			survivor = survivor || q == p
+		}
+		if survivor && over(s, ls.Baseline) {
+			for i := 0; i < 6 && over(s, ls.Baseline); i++ {
+				if sleep(ctx, 5*time.Second) != nil {
+					break
+				}
+				if s2, err := c.look(ctx, p); err == nil {
+					s = s2
+				}
+			}
+			if over(s, ls.Baseline) {
+				leaks = append(leaks, fmt.Sprintf("%s holds %s, %s at its baseline (%s)", p.name, s, ls.Baseline, ls.BaselineAt))
+			}
+		}
+		ls.Samples++
+		ls.Last = s
+		ls.Max = sample{max(ls.Max.Goroutines, s.Goroutines), max(ls.Max.FDs, s.FDs), max(ls.Max.Sockets, s.Sockets)}
+	}
+	return leaks
+}

@@ -1,0 +1,276 @@
+package faults
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"offsetgate/internal/ports"
+	"offsetgate/internal/relay"
+	"offsetgate/internal/testcerts"
+	"offsetgate/internal/testkafka"
+)
+
+// aliasHost is the second loopback address: the destination's brokers and offsetgate's
+// listeners are advertised there, and relays listening there stand in the links the campaign
+// cuts and stalls.
+const aliasHost = "127.0.0.2"
+
+// env is the campaign's world: two clusters, offsetgate and the mirror as processes, and the
+// relays on their links.
+type env struct {
+	cfg   Config
+	dir   string
+	topic string
+
+	src, dst *testkafka.Cluster
+	// dstLinks stand between offsetgate and the destination's brokers (one per broker),
+	// ogLinks between the mirror and offsetgate (bootstrap and each broker listener).
+	dstLinks, ogLinks []*relay.Relay
+
+	certs          *testcerts.Set
+	server, mirror *testcerts.KeyPair
+
+	ogListen  string // offsetgate's bootstrap on 127.0.0.1
+	ogAlias   string // the same through its relay on aliasHost
+	ogAdmin   string
+	mrMetrics string
+
+	og, mr *proc
+
+	srcAdm, dstAdm *kadm.Client
+	srcCl, dstCl   *kgo.Client
+}
+
+func (e *env) logf(format string, a ...any) {
+	fmt.Fprintf(e.cfg.Log, time.Now().Format("15:04:05.000")+" "+format+"\n", a...)
+}
+
+// setup starts everything but the producers and consumers.
+func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
+	e := &env{cfg: cfg, dir: dir, topic: "faults-t"}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	if ln, lerr := net.Listen("tcp", aliasHost+":0"); lerr != nil {
+		return nil, fmt.Errorf("the campaign needs the loopback address %s: %w", aliasHost, lerr)
+	} else {
+		ln.Close()
+	}
+	e.logf("starting the source cluster")
+	if e.src, err = testkafka.Start(ctx, testkafka.Options{Name: "faults-source", Dir: filepath.Join(dir, "source")}); err != nil {
+		return nil, err
+	}
+	e.logf("starting the destination cluster")
+	if e.dst, err = testkafka.Start(ctx, testkafka.Options{Name: "faults-dest", Dir: filepath.Join(dir, "dest"), AliasHost: aliasHost}); err != nil {
+		return nil, err
+	}
+	for _, n := range e.dst.Nodes {
+		_, p, _ := net.SplitHostPort(n.AliasAddr())
+		// Frames, not chunks: dest-refuse-writes reads and rewrites Produce traffic.
+		r, err := relay.Listen(n.AliasAddr(), net.JoinHostPort("127.0.0.1", p), false)
+		if err != nil {
+			return nil, fmt.Errorf("relay to destination node %d: %w", n.ID, err)
+		}
+		e.dstLinks = append(e.dstLinks, r)
+	}
+	if e.srcCl, err = e.src.Client(); err != nil {
+		return nil, err
+	}
+	if e.dstCl, err = e.dst.Client(); err != nil {
+		return nil, err
+	}
+	e.srcAdm, e.dstAdm = kadm.NewClient(e.srcCl), kadm.NewClient(e.dstCl)
+
+	if e.certs, err = testcerts.New(filepath.Join(dir, "certs")); err != nil {
+		return nil, err
+	}
+	if e.server, err = e.certs.CA.Issue(testcerts.Template{CommonName: "offsetgate", Server: true, File: "offsetgate",
+		SANs: testcerts.SANs{IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(aliasHost)}}}); err != nil {
+		return nil, err
+	}
+	if e.mirror, err = e.certs.Client("mirror", testcerts.SANs{URIs: []string{"spiffe://faults/mirror"}}); err != nil {
+		return nil, err
+	}
+
+	base, err := ports.Block(4)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := ports.One()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := ports.One()
+	if err != nil {
+		return nil, err
+	}
+	e.ogListen = "127.0.0.1:" + strconv.Itoa(base)
+	e.ogAlias = aliasHost + ":" + strconv.Itoa(base)
+	e.ogAdmin = "127.0.0.1:" + strconv.Itoa(admin)
+	e.mrMetrics = "127.0.0.1:" + strconv.Itoa(metrics)
+	// offsetgate's broker listeners are port+1+node id.
+	for _, p := range []int{base, base + 2, base + 3} {
+		r, err := relay.Listen(aliasHost+":"+strconv.Itoa(p), "127.0.0.1:"+strconv.Itoa(p), true)
+		if err != nil {
+			return nil, fmt.Errorf("relay to offsetgate's port %d: %w", p, err)
+		}
+		e.ogLinks = append(e.ogLinks, r)
+	}
+	conf := fmt.Sprintf(`listen: %s
+advertise: %s
+bootstrap: [%s]
+admin: %s
+instance_id: faults-offsetgate
+ownership_lease: %s
+tls:
+  listener: {cert_file: %s, key_file: %s, client_ca_file: %s, client_auth: request}
+mirroring:
+  clients: [{tls_san: "URI:spiffe://faults/mirror", topics: ["faults-*"]}]
+log: {level: info, format: json}
+`, e.ogListen, aliasHost, strings.Join(e.dst.AliasAddrs(), ", "), e.ogAdmin, cfg.Lease,
+		e.server.CertFile, e.server.KeyFile, e.certs.CA.CertFile)
+	confPath := filepath.Join(dir, "offsetgate.yaml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	e.og = &proc{name: "offsetgate", bin: cfg.Bin, args: []string{"serve", "--config", confPath}, log: filepath.Join(dir, "offsetgate.log")}
+	e.mr = &proc{name: "mirror", bin: cfg.Bin, log: filepath.Join(dir, "mirror.log"), args: []string{"mirror",
+		"--source", e.src.Bootstrap(), "--proxy", e.ogAlias, "--topics", e.topic, "--replication-factor", "2",
+		"--group-interval", "1s", "--progress", "lines", "--max-bytes", "262144", "--metrics", e.mrMetrics,
+		"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile}}
+
+	if err := e.src.CreateTopic(ctx, e.topic, cfg.Partitions, 2, nil); err != nil {
+		return nil, err
+	}
+	if err := e.startOG(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.startMirror(ctx); err != nil {
+		return nil, err
+	}
+	// The mirror creates the mirror topic through offsetgate.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		md, err := e.dstAdm.Metadata(ctx, e.topic)
+		if err == nil {
+			if t, ok := md.Topics[e.topic]; ok && t.Err == nil && int32(len(t.Partitions)) == cfg.Partitions {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the mirror did not create %s on the destination (see %s)", e.topic, e.mr.log)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return e, nil
+}
+
+// startOG starts offsetgate and waits until it is ready.
+func (e *env) startOG(ctx context.Context) error {
+	if err := e.og.start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, "http://"+e.ogAdmin+"/readyz", 2*time.Minute, e.og)
+}
+
+// startMirror starts the mirror and waits until its metrics answer.
+func (e *env) startMirror(ctx context.Context) error {
+	if err := e.mr.start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, "http://"+e.mrMetrics+"/metrics", time.Minute, e.mr)
+}
+
+func waitHTTP(ctx context.Context, url string, d time.Duration, p *proc) error {
+	deadline := time.Now().Add(d)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if !p.running() {
+			return fmt.Errorf("%s ended while starting: %s (see %s)", p.name, p.exited(), p.log)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready at %s after %s: %v", p.name, url, d, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// consumerOpts are the options of a client reading through offsetgate: TLS without a client
+// certificate, and a dialer that reaches offsetgate's listeners on 127.0.0.1 directly, not
+// through the relays on the mirror's link.
+func (e *env) consumerOpts() []kgo.Opt {
+	tc := e.certs.ClientTLS(nil)
+	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+		h, p, err := net.SplitHostPort(host)
+		if err != nil {
+			return nil, err
+		}
+		target := host
+		if h == aliasHost {
+			target = net.JoinHostPort("127.0.0.1", p)
+		}
+		d := net.Dialer{Timeout: 10 * time.Second}
+		c, err := d.DialContext(ctx, network, target)
+		if err != nil {
+			return nil, err
+		}
+		cfg := tc.Clone()
+		cfg.ServerName = h
+		return tls.Client(c, cfg), nil
+	}
+	return []kgo.Opt{kgo.SeedBrokers(e.ogListen), kgo.Dialer(dial), kgo.MetadataMinAge(500 * time.Millisecond)}
+}
+
+// close stops everything the campaign started.
+func (e *env) close() {
+	for _, p := range []*proc{e.mr, e.og} {
+		if p != nil {
+			p.kill()
+		}
+	}
+	for _, r := range append(append([]*relay.Relay{}, e.dstLinks...), e.ogLinks...) {
+		r.Close()
+	}
+	if e.srcCl != nil {
+		e.srcCl.Close()
+	}
+	if e.dstCl != nil {
+		e.dstCl.Close()
+	}
+	if e.dst != nil {
+		e.dst.Stop()
+	}
+	if e.src != nil {
+		e.src.Stop()
+	}
+}
