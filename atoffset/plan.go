@@ -186,8 +186,12 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 			same := e != nil && (e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl) && e.Last == h.LastOffset() && e.Epoch == h.LeaderEpoch
 			if same && (e.CRC != h.CRC || e.Len != h.Length) {
 				// The same batch with other content: only a compacted source's cleaner makes
-				// that (fewer records, the producer fields kept), and not while it is pending.
-				if !o.Compacted || e.Kind != ledger.KindBatch || h.RecordCount > e.Records && e.Records > 0 ||
+				// that (fewer records, the producer fields kept; on a marker or a batch with
+				// tombstones, the delete horizon in its base timestamp and attributes), and not
+				// while it is pending.
+				rewritable := e.Kind == ledger.KindBatch && h.Attributes&batch.AttrControl == 0 ||
+					e.Kind == ledger.KindControl && h.Attributes&batch.AttrControl != 0 && commits[i] == (e.Marker == ledger.MarkerCommit)
+				if !o.Compacted || !rewritable || h.RecordCount > e.Records && e.Records > 0 ||
 					h.ProducerID != e.SrcPID || h.ProducerEpoch != e.SrcPEpoch || h.BaseSequence != e.SrcSeq ||
 					pendingIdx < len(s.Pending) && s.Pending[pendingIdx].Src == e.Src {
 					same = false

@@ -332,6 +332,24 @@ func TestPlanCompaction(t *testing.T) {
 	if p := plan(pend, from(compact, 0), src(5, 5, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(0-4@0,seq0)" {
 		t.Fatalf("an unconfirmed batch was taken for gone: %s %s", p.Refusal.Msg, kinds(p.Entries))
 	}
+	// The cleaner sets a marker's delete horizon (an attribute and its base timestamp): the
+	// same marker with other bytes is a rewrite; another marker or a data batch there is not.
+	withMarkers := mirrored(t, fresh(0), src(0, 5, 1, batch.AttrTransactional), marker(5, true))
+	horizoned := func(b []byte) []byte {
+		b = append([]byte(nil), b...)
+		binary.BigEndian.PutUint16(b[21:], binary.BigEndian.Uint16(b[21:])|0x40)
+		binary.BigEndian.PutUint64(b[27:], 99000)
+		binary.BigEndian.PutUint32(b[17:], batch.CRC(b))
+		return b
+	}
+	if p := plan(withMarkers, compact, horizoned(marker(5, true))); p.Refusal.Code != 0 || kinds(p.Entries) != "rewrite(5-5@5,seq0)" || len(p.Writes) != 0 {
+		t.Fatalf("a marker the cleaner gave a delete horizon: %s %s, %d writes", p.Refusal.Msg, kinds(p.Entries), len(p.Writes))
+	}
+	for name, b := range map[string][]byte{"the other marker": horizoned(marker(5, false)), "a data batch": src(5, 1, 1, batch.AttrTransactional)} {
+		if p := plan(withMarkers, compact, b); p.Refusal.Code == 0 {
+			t.Errorf("%s at a mirrored marker's offset: taken (%s)", name, kinds(p.Entries))
+		}
+	}
 	for name, c := range map[string]struct {
 		o  Options
 		bs [][]byte
