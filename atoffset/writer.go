@@ -480,9 +480,33 @@ func (w *Writer) produce(ctx context.Context, p *part, partition int32, data []b
 			return pr.BaseOffset, nil
 		}
 		if !kerr.IsRetriable(err) {
-			return 0, err
+			return 0, brokerSaid(err, pr)
 		}
 		last = err
 	}
 	return 0, last
+}
+
+// brokerSaid adds what the destination said about a refused write (its message, and the
+// first records it named) to the error code, which alone does not say which rule refused it.
+func brokerSaid(err error, pr kmsg.ProduceResponseTopicPartition) error {
+	var why []string
+	if pr.ErrorMessage != nil && *pr.ErrorMessage != "" {
+		why = append(why, *pr.ErrorMessage)
+	}
+	for i, re := range pr.ErrorRecords {
+		if i == 3 {
+			why = append(why, fmt.Sprintf("and %d more record errors", len(pr.ErrorRecords)-3))
+			break
+		}
+		msg := ""
+		if re.ErrorMessage != nil {
+			msg = ": " + *re.ErrorMessage
+		}
+		why = append(why, fmt.Sprintf("record %d%s", re.RelativeOffset, msg))
+	}
+	if len(why) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(why, "; "))
 }

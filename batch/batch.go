@@ -252,8 +252,12 @@ func Dense(src []byte, p Producer, keyed bool) ([]byte, error) {
 	return finish(out.AppendTo(nil)), nil
 }
 
-// raw0 encodes a record again as it was read (its length recomputed).
+// raw0 encodes a record again as it was read (its length recomputed). The length is measured
+// with a zero length field, one byte long: the length the record was read with takes two bytes
+// or more from 64 bytes on, and measuring with it would count those bytes into the body (a
+// length Kafka refuses, INVALID_RECORD).
 func raw0(r kmsg.Record) []byte {
+	r.Length = 0
 	r.Length = int32(len(r.AppendTo(nil)) - 1)
 	return r.AppendTo(nil)
 }

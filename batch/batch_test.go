@@ -117,13 +117,16 @@ func TestForDestinationTransactional(t *testing.T) {
 	}
 }
 
+// value is a test record's value: 'v', its offset delta and pad zero bytes.
+func value(d int32, pad int) []byte { return append([]byte{'v', byte(d)}, make([]byte, pad)...) }
+
 // gappy builds a batch of offsets [base, base+span) holding records only at the offset deltas
 // given, as a compacted source's cleaner leaves it, compressed with codec (nil: none).
-func gappy(t *testing.T, base int64, span int32, deltas []int32, codec *kgo.CompressionCodec) []byte {
+func gappy(t *testing.T, base int64, span int32, deltas []int32, codec *kgo.CompressionCodec, pad int) []byte {
 	t.Helper()
 	var recs []byte
 	for _, d := range deltas {
-		r := kmsg.Record{OffsetDelta: d, TimestampDelta64: int64(d) * 10, Key: []byte{'k', byte(d)}, Value: []byte{'v', byte(d)},
+		r := kmsg.Record{OffsetDelta: d, TimestampDelta64: int64(d) * 10, Key: []byte{'k', byte(d)}, Value: value(d, pad),
 			Headers: []kmsg.Header{{Key: "h", Value: []byte{byte(d)}}}}
 		r.Length = int32(len(r.AppendTo(nil)) - 1)
 		recs = r.AppendTo(recs)
@@ -151,16 +154,20 @@ func TestDense(t *testing.T) {
 		deltas []int32
 		codec  *kgo.CompressionCodec
 		keyed  bool
+		pad    int
 	}{
-		"gaps":            {[]int32{0, 3, 4}, nil, true},
-		"gaps, gzip":      {[]int32{1, 5}, &gz, true},
-		"empty":           {nil, nil, true},
-		"first removed":   {[]int32{2}, nil, false},
-		"last one kept":   {[]int32{5}, &gz, false},
-		"nothing missing": {[]int32{0, 1, 2, 3, 4, 5}, nil, true},
+		"gaps":            {[]int32{0, 3, 4}, nil, true, 0},
+		"gaps, gzip":      {[]int32{1, 5}, &gz, true, 0},
+		"empty":           {nil, nil, true, 0},
+		"first removed":   {[]int32{2}, nil, false, 0},
+		"last one kept":   {[]int32{5}, &gz, false, 0},
+		"nothing missing": {[]int32{0, 1, 2, 3, 4, 5}, nil, true, 0},
+		// A record of 64 bytes or more has a length of two bytes or more.
+		"large records":       {[]int32{1, 4}, nil, true, 300},
+		"large records, gzip": {[]int32{0, 5}, &gz, false, 70000},
 	} {
 		t.Run(name, func(t *testing.T) {
-			src := gappy(t, 100, 6, c.deltas, c.codec)
+			src := gappy(t, 100, 6, c.deltas, c.codec, c.pad)
 			h, _ := ReadHeader(src)
 			if h.Gappy() != (len(c.deltas) != 6) {
 				t.Fatalf("Gappy() = %v for %d records of 6 offsets", h.Gappy(), len(c.deltas))
@@ -183,7 +190,7 @@ func TestDense(t *testing.T) {
 				switch {
 				case r.OffsetDelta != int32(i):
 					t.Fatalf("record %d has offset delta %d", i, r.OffsetDelta)
-				case survivors[int32(i)] && (string(r.Key) != string([]byte{'k', byte(i)}) || string(r.Value) != string([]byte{'v', byte(i)}) || r.TimestampDelta64 != int64(i)*10):
+				case survivors[int32(i)] && (string(r.Key) != string([]byte{'k', byte(i)}) || string(r.Value) != string(value(int32(i), c.pad)) || r.TimestampDelta64 != int64(i)*10):
 					t.Fatalf("survivor %d came out as %+v", i, r)
 				case !survivors[int32(i)] && (r.Value != nil || len(r.Headers) != 1 || r.Headers[0].Key != FillerHeader || (r.Key != nil) != c.keyed):
 					t.Fatalf("filler %d came out as %+v", i, r)
@@ -209,6 +216,13 @@ func records(t *testing.T, b []byte) []kmsg.Record {
 		var r kmsg.Record
 		if err := r.ReadFrom(raw[:n]); err != nil {
 			t.Fatal(err)
+		}
+		// The length must be the body's, as Kafka checks it (kmsg's decoder does not).
+		l, k := binary.Varint(raw)
+		body := r
+		body.Length = 0
+		if got := len(body.AppendTo(nil)) - 1; int64(got) != l || k+got != n {
+			t.Fatalf("record at offset delta %d says it is %d bytes, its body is %d", r.OffsetDelta, l, got)
 		}
 		out = append(out, r)
 		raw = raw[n:]

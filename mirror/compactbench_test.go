@@ -3,6 +3,7 @@ package mirror_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -25,6 +26,8 @@ type compactCost struct {
 	took             time.Duration
 	sourceLog, dLog  int64 // log sizes on disk
 	ledgerBytes      int64
+	fillerOffsets    int64 // offsets held by filler tombstones on D
+	copies           int64 // gappy or empty batches written as dense copies (kept whole in the ledger)
 }
 
 // logSize is a partition's size on disk on the cluster (the leader's replica).
@@ -91,10 +94,18 @@ func mirrorCompactCost(ctx context.Context, t testing.TB, e *env, topic string, 
 	}
 	defer cl.Close()
 	val := make([]byte, size)
+	// Keys drawn at random (a fixed seed): the records the cleaner keeps, each key's latest,
+	// lie scattered over the log's tail, so the mirror fills holes and copies gappy batches
+	// instead of starting past one compacted prefix.
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(keys)))
 	produce := func(from, to int) {
 		var rs []*kgo.Record
 		for i := from; i < to; i++ {
-			rs = append(rs, &kgo.Record{Key: []byte(fmt.Sprintf("key-%06d", i%keys)), Value: val})
+			k := i
+			if keys < n {
+				k = rng.IntN(keys)
+			}
+			rs = append(rs, &kgo.Record{Key: []byte(fmt.Sprintf("key-%06d", k)), Value: val})
 			if len(rs) == 100 || i == to-1 {
 				if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 					t.Fatal(err)
@@ -148,6 +159,14 @@ func mirrorCompactCost(ctx context.Context, t testing.TB, e *env, topic string, 
 	}
 	for _, r := range recs {
 		c.ledgerBytes += int64(len(r.Key) + len(r.Value))
+		if le, err := ledger.Decode(r.Value); err == nil {
+			switch {
+			case le.Kind == ledger.KindFiller:
+				c.fillerOffsets += int64(le.Count)
+			case le.Kind == ledger.KindBatch && len(le.Raw) > 0:
+				c.copies++
+			}
+		}
 	}
 	return c
 }
@@ -175,8 +194,11 @@ func BenchmarkMirrorCompacted(b *testing.B) {
 		b.ReportMetric(overhead(comp), "compacted-storage/source")
 		b.ReportMetric(overhead(dense), "dense-storage/source")
 		for name, c := range map[string]compactCost{"dense": dense, "compacted": comp} {
-			b.Logf("%s: %d offsets, %d records on the source, %.2f MB served to the mirror in %v (%.0f offsets/s); source log %d B, destination log %d B, ledger %d B: (destination+ledger)/source %.2f",
-				name, c.offsets, c.records, float64(c.sourceBytes)/1e6, c.took.Round(time.Millisecond), rate(c), c.sourceLog, c.dLog, c.ledgerBytes, overhead(c))
+			b.Logf("%s: %d offsets, %d records on the source, %.2f MB served to the mirror in %v (%.0f offsets/s); source log %d B, destination log %d B, ledger %d B: (destination+ledger)/source %.2f; %d offsets held by fillers, %d dense copies",
+				name, c.offsets, c.records, float64(c.sourceBytes)/1e6, c.took.Round(time.Millisecond), rate(c), c.sourceLog, c.dLog, c.ledgerBytes, overhead(c), c.fillerOffsets, c.copies)
+			if c.fillerOffsets > 0 {
+				b.Logf("%s: destination bytes per filler offset beyond the source's log: %.1f", name, float64(c.dLog-c.sourceLog)/float64(c.fillerOffsets))
+			}
 		}
 	}
 }
