@@ -26,7 +26,7 @@ type compactCost struct {
 	took             time.Duration
 	sourceLog, dLog  int64 // log sizes on disk
 	ledgerBytes      int64
-	fillerOffsets    int64 // offsets held by filler tombstones on D
+	fillerOffsets    int64 // offsets held by filler tombstones on D (in filler batches and dense copies)
 	copies           int64 // gappy or empty batches written as dense copies (kept whole in the ledger)
 }
 
@@ -165,6 +165,7 @@ func mirrorCompactCost(ctx context.Context, t testing.TB, e *env, topic string, 
 				c.fillerOffsets += int64(le.Count)
 			case le.Kind == ledger.KindBatch && len(le.Raw) > 0:
 				c.copies++
+				c.fillerOffsets += int64(le.Count - le.Records) // the copy's fillers
 			}
 		}
 	}
