@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -46,7 +47,14 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			continue
 		}
 		gc := GroupCopy{Group: g, Partition: map[string]map[int32]int64{}}
-		dd, err := padm.DescribeGroups(ctx, g)
+		var dd kadm.DescribedGroups
+		err := coordinated(ctx, func() (err error) {
+			dd, err = padm.DescribeGroups(ctx, g)
+			if d, ok := dd[g]; err == nil && ok && d.Err != nil && coordinatorBusy(d.Err) {
+				err = d.Err // a group unknown on the destination is no error: nothing to keep
+			}
+			return err
+		})
 		if err != nil {
 			return out, fmt.Errorf("describing group %s through offsetgate: %w", g, err)
 		}
@@ -55,11 +63,13 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			out = append(out, gc)
 			continue
 		}
-		so, err := sadm.FetchOffsets(ctx, g)
+		var so kadm.OffsetResponses
+		err = coordinated(ctx, func() (err error) { so, err = sadm.FetchOffsets(ctx, g); return err })
 		if err != nil {
 			return out, fmt.Errorf("offsets of group %s on the source: %w", g, err)
 		}
-		do, err := destOffsets(ctx, px, g, ends)
+		var do kadm.OffsetResponses
+		err = coordinated(ctx, func() (err error) { do, err = destOffsets(ctx, px, g, ends); return err })
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			// Some brokers answer so for a group that never committed there: nothing yet.
 			do, err = kadm.OffsetResponses{}, nil
@@ -87,11 +97,14 @@ func CopyGroups(ctx context.Context, src, px *kgo.Client, re *regexp.Regexp, top
 			commit.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: at, LeaderEpoch: epoch, Metadata: o.Metadata})
 		})
 		if len(commit) > 0 {
-			resp, err := padm.CommitOffsets(ctx, g, commit)
+			err := coordinated(ctx, func() error {
+				resp, err := padm.CommitOffsets(ctx, g, commit)
+				if err == nil {
+					err = resp.Error()
+				}
+				return err
+			})
 			if err != nil {
-				return out, fmt.Errorf("committing group %s through offsetgate: %w", g, err)
-			}
-			if err := resp.Error(); err != nil {
 				return out, fmt.Errorf("committing group %s through offsetgate: %w", g, err)
 			}
 			commit.Each(func(o kadm.Offset) {
@@ -144,4 +157,43 @@ func destOffsets(ctx context.Context, px *kgo.Client, group string, parts kadm.L
 		}
 	}
 	return out, nil
+}
+
+// coordinatorWait bounds how long a group request waits for a coordinator: a destination that
+// has never held a group creates __consumer_offsets at the first group request and answers
+// COORDINATOR_NOT_AVAILABLE until it is ready, for a few seconds.
+const coordinatorWait = 30 * time.Second
+
+// coordinated runs a group request again while the coordinator is not ready (not available,
+// loading, or moved), for up to coordinatorWait; any other error ends it at once.
+func coordinated(ctx context.Context, do func() error) error {
+	deadline := time.Now().Add(coordinatorWait)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := do()
+		if err == nil || !coordinatorBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// coordinatorBusy reports whether err is, or holds only, coordinator errors that pass.
+func coordinatorBusy(err error) bool {
+	busy := func(err error) bool {
+		return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.Is(err, kerr.NotCoordinator)
+	}
+	var se *kadm.ShardErrors
+	if errors.As(err, &se) && len(se.Errs) > 0 {
+		for _, e := range se.Errs {
+			if !busy(e.Err) {
+				return false
+			}
+		}
+		return true
+	}
+	return busy(err)
 }
