@@ -119,6 +119,12 @@ func TestTrackerLinesCountTheInterval(t *testing.T) {
 	p.offset.Store(300)
 	t0 := time.Now()
 	tick <- t0
+	// The reporter took the tick; wait until it has written its line before moving on.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "\n"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no line after the first tick")
+		}
+	}
 	p.records.Store(500)
 	p.offset.Store(500)
 	tick <- t0.Add(10 * time.Second)
