@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Client returns a franz-go client seeded with every node of the cluster.
@@ -41,7 +42,56 @@ func (c *Cluster) CreateTopic(ctx context.Context, topic string, partitions int3
 	if resp.Err != nil {
 		return fmt.Errorf("testkafka: creating %s on %s: %w (%s)", topic, c.Name, resp.Err, resp.ErrMessage)
 	}
-	return c.waitLeaders(ctx, adm, topic, partitions)
+	if err := c.waitLeaders(ctx, adm, topic, partitions); err != nil {
+		return err
+	}
+	// Every broker, not just the one that answered, must know the topic before a test uses
+	// it: each follows the controller's log on its own, a moment apart.
+	for _, addr := range c.Addrs() {
+		if err := c.waitOn(ctx, addr, topic, partitions); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitOn waits until the broker at addr answers metadata for topic with a leader for each
+// of its partitions.
+func (c *Cluster) waitOn(ctx context.Context, addr, topic string, partitions int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		// Asked of the seed itself: the client would send a later request to any broker
+		// it learnt of.
+		var resp *kmsg.MetadataResponse
+		kr, err := cl.SeedBrokers()[0].Request(ctx, req)
+		if err == nil {
+			resp = kr.(*kmsg.MetadataResponse)
+		}
+		if err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == 0 && int32(len(resp.Topics[0].Partitions)) == partitions {
+			ok := true
+			for _, p := range resp.Topics[0].Partitions {
+				if p.ErrorCode != 0 || p.Leader < 0 {
+					ok = false
+				}
+			}
+			if ok {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testkafka: %s on %s's broker %s: %w", topic, c.Name, addr, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (c *Cluster) waitLeaders(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
@@ -75,15 +125,35 @@ func (c *Cluster) Leader(ctx context.Context, topic string, partition int32) (le
 		return 0, 0, err
 	}
 	defer adm.Close()
-	md, err := adm.Metadata(ctx, topic)
+	p, err := partitionMeta(ctx, adm, topic, partition)
 	if err != nil {
 		return 0, 0, err
 	}
-	p, ok := md.Topics[topic].Partitions[partition]
-	if !ok {
-		return 0, 0, fmt.Errorf("testkafka: %s[%d] not in metadata", topic, partition)
-	}
 	return p.Leader, p.LeaderEpoch, nil
+}
+
+// partitionMeta is a partition's metadata. A broker learns of a new topic a moment after
+// another one does (each follows the controller's log on its own), so a topic just created may
+// be missing from one broker's answer: it is asked again for up to ten seconds.
+func partitionMeta(ctx context.Context, adm *kadm.Client, topic string, partition int32) (kadm.PartitionDetail, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			return kadm.PartitionDetail{}, err
+		}
+		if p, ok := md.Topics[topic].Partitions[partition]; ok && p.Err == nil && p.Leader >= 0 {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			return kadm.PartitionDetail{}, fmt.Errorf("testkafka: %s[%d] not in metadata", topic, partition)
+		}
+		select {
+		case <-ctx.Done():
+			return kadm.PartitionDetail{}, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // MoveLeader makes node `to` the leader of a partition: it puts `to` first in the replica list
@@ -95,13 +165,9 @@ func (c *Cluster) MoveLeader(ctx context.Context, topic string, partition int32,
 		return err
 	}
 	defer adm.Close()
-	md, err := adm.Metadata(ctx, topic)
+	p, err := partitionMeta(ctx, adm, topic, partition)
 	if err != nil {
 		return err
-	}
-	p, ok := md.Topics[topic].Partitions[partition]
-	if !ok {
-		return fmt.Errorf("testkafka: %s[%d] not in metadata", topic, partition)
 	}
 	if p.Leader == to {
 		return nil
