@@ -19,7 +19,7 @@ import (
 // check runs the checks after a recovery and adds what held and what failed to o.
 func (c *campaign) check(ctx context.Context, o *Outcome) {
 	e := c.e
-	for _, t := range []*tally{c.direct, c.group} {
+	for _, t := range []*tally{c.direct, c.group, c.txn} {
 		if v, n := t.take(); n > 0 {
 			o.Failures = append(o.Failures, fmt.Sprintf("%d records not read exactly once in source order, first: %s", n, strings.Join(v[:min(len(v), 3)], "; ")))
 		} else {
@@ -29,31 +29,33 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	code, out, errOut := e.command(vctx, "verify", "--source", e.src.Bootstrap(), "--proxy", e.ogListen, "--topic", e.topic,
-		"--json", "--tls-ca", e.certs.CA.CertFile)
-	var lines []struct {
-		Partition      int32  `json:"partition"`
-		Batches        int64  `json:"batches"`
-		SourceHeadLost int64  `json:"source_head_lost"`
-		Lost           string `json:"lost"`
-		Difference     string `json:"difference"`
-		Error          string `json:"error"`
-	}
-	jerr := json.Unmarshal([]byte(out), &lines)
-	switch {
-	case code != 0 || jerr != nil:
-		var bad []string
-		for _, l := range lines {
-			if l.Error != "" || l.Difference != "" || l.Lost != "" {
-				bad = append(bad, fmt.Sprintf("[%d] %s%s%s", l.Partition, l.Error, l.Difference, l.Lost))
-			}
+	for _, topic := range []string{e.topic, e.txnTopic} {
+		code, out, errOut := e.command(vctx, "verify", "--source", e.src.Bootstrap(), "--proxy", e.ogListen, "--topic", topic,
+			"--json", "--tls-ca", e.certs.CA.CertFile)
+		var lines []struct {
+			Partition      int32  `json:"partition"`
+			Batches        int64  `json:"batches"`
+			SourceHeadLost int64  `json:"source_head_lost"`
+			Lost           string `json:"lost"`
+			Difference     string `json:"difference"`
+			Error          string `json:"error"`
 		}
-		o.Failures = append(o.Failures, fmt.Sprintf("offsetgate verify exit %d: %s %s", code, strings.Join(bad, "; "), strings.TrimSpace(errOut)))
-	default:
-		o.Held = append(o.Held, "verify identical, nothing lost at the head")
+		jerr := json.Unmarshal([]byte(out), &lines)
+		switch {
+		case code != 0 || jerr != nil:
+			var bad []string
+			for _, l := range lines {
+				if l.Error != "" || l.Difference != "" || l.Lost != "" {
+					bad = append(bad, fmt.Sprintf("[%d] %s%s%s", l.Partition, l.Error, l.Difference, l.Lost))
+				}
+			}
+			o.Failures = append(o.Failures, fmt.Sprintf("offsetgate verify %s exit %d: %s %s", topic, code, strings.Join(bad, "; "), strings.TrimSpace(errOut)))
+		default:
+			o.Held = append(o.Held, "verify "+topic+" identical, nothing lost at the head")
+		}
 	}
 
-	code, out, errOut = e.command(vctx, "status", "--proxy", e.ogListen, "--source", e.src.Bootstrap(), "--json",
+	code, out, errOut := e.command(vctx, "status", "--proxy", e.ogListen, "--source", e.src.Bootstrap(), "--json",
 		"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile)
 	var st []mirror.PartitionStatus
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
@@ -61,7 +63,7 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 	} else {
 		halted := false
 		for _, p := range st {
-			if p.Topic != e.topic {
+			if p.Topic != e.topic && p.Topic != e.txnTopic {
 				continue
 			}
 			if p.Halted != "" {

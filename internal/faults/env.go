@@ -30,9 +30,10 @@ const aliasHost = "127.0.0.2"
 // env is the campaign's world: two clusters, offsetgate and the mirror as processes, and the
 // relays on their links.
 type env struct {
-	cfg   Config
-	dir   string
-	topic string
+	cfg      Config
+	dir      string
+	topic    string
+	txnTopic string // written by a transactional producer, read at read_committed
 
 	src, dst *testkafka.Cluster
 	// dstLinks stand between offsetgate and the destination's brokers (one per broker),
@@ -59,7 +60,7 @@ func (e *env) logf(format string, a ...any) {
 
 // setup starts everything but the producers and consumers.
 func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
-	e := &env{cfg: cfg, dir: dir, topic: "faults-t"}
+	e := &env{cfg: cfg, dir: dir, topic: "faults-t", txnTopic: "faults-txn"}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -149,12 +150,14 @@ log: {level: info, format: json}
 	}
 	e.og = &proc{name: "offsetgate", bin: cfg.Bin, args: []string{"serve", "--config", confPath}, log: filepath.Join(dir, "offsetgate.log")}
 	e.mr = &proc{name: "mirror", bin: cfg.Bin, log: filepath.Join(dir, "mirror.log"), args: []string{"mirror",
-		"--source", e.src.Bootstrap(), "--proxy", e.ogAlias, "--topics", e.topic, "--replication-factor", "2",
+		"--source", e.src.Bootstrap(), "--proxy", e.ogAlias, "--topics", e.topic + "," + e.txnTopic, "--replication-factor", "2",
 		"--group-interval", "1s", "--progress", "lines", "--max-bytes", "262144", "--metrics", e.mrMetrics,
 		"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile}}
 
-	if err := e.src.CreateTopic(ctx, e.topic, cfg.Partitions, 2, nil); err != nil {
-		return nil, err
+	for _, t := range []string{e.topic, e.txnTopic} {
+		if err := e.src.CreateTopic(ctx, t, cfg.Partitions, 2, nil); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.startOG(ctx); err != nil {
 		return nil, err
@@ -165,9 +168,11 @@ log: {level: info, format: json}
 	// The mirror creates the mirror topic through offsetgate.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		md, err := e.dstAdm.Metadata(ctx, e.topic)
+		md, err := e.dstAdm.Metadata(ctx, e.topic, e.txnTopic)
 		if err == nil {
-			if t, ok := md.Topics[e.topic]; ok && t.Err == nil && int32(len(t.Partitions)) == cfg.Partitions {
+			t, ok := md.Topics[e.topic]
+			x, xok := md.Topics[e.txnTopic]
+			if ok && xok && t.Err == nil && x.Err == nil && int32(len(t.Partitions)) == cfg.Partitions && int32(len(x.Partitions)) == cfg.Partitions {
 				break
 			}
 		}

@@ -5,7 +5,10 @@
 // restarted, leaders moved, links cut or stalled, writes refused. After each fault it lets the
 // system recover and checks that everything held:
 //
-//   - `offsetgate verify`: identical over the range both sides hold, nothing lost at the head;
+//   - `offsetgate verify`: identical over the range both sides hold, nothing lost at the head,
+//     for the dense topic and for a second one written by a transactional producer;
+//   - a consumer through offsetgate at read_committed saw every committed record of the
+//     transactional topic once, in order, and none of an aborted transaction;
 //   - the consumers through offsetgate (one with its own positions, one consumer group
 //     committing after every poll) saw every record once, in source order, as the source holds
 //     it;
@@ -118,7 +121,11 @@ type Report struct {
 	// after a commit that did not go through (allowed: never counted as processed).
 	Produced, ProduceFailed int64
 	Direct, Group           int64
-	Redelivered             int64
+	// The transactional topic: transactions committed, aborted and of unknown end, records
+	// committed, and records its read_committed consumer read.
+	TxnCommits, TxnAborts, TxnUnknown int64
+	TxnCommitted, TxnRead             int64
+	Redelivered                       int64
 	GroupRestarts           int
 	ConsumerErrors          []string
 	Leaks                   map[string]*leakSeries
@@ -192,14 +199,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// Traffic: producers on the source, two consumers through offsetgate.
 	w := &written{hashes: map[int32][]uint64{}}
-	direct, group := newTally("direct consumer"), newTally("group consumer")
-	direct.log, group.log = e.logf, e.logf
+	wt := newTxnWritten()
+	direct, group, txn := newTally("direct consumer"), newTally("group consumer"), newTally("read_committed consumer")
+	direct.log, group.log, txn.log = e.logf, e.logf, e.logf
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, f := range []func(context.Context) error{
 		func(c context.Context) error { return e.produce(c, w, cfg.Rate, cfg.Seed) },
 		func(c context.Context) error { return e.readDirect(c, w, direct) },
 		func(c context.Context) error { return e.readGroup(c, w, group) },
+		func(c context.Context) error { return e.produceTxn(c, wt, cfg.Seed) },
+		func(c context.Context) error { return e.readTxn(c, wt, txn) },
 	} {
 		wg.Add(1)
 		go func() {
@@ -213,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		stopTraffic()
 		wg.Wait()
 	}()
-	c := &campaign{e: e, w: w, direct: direct, group: group, rep: rep}
+	c := &campaign{e: e, w: w, wt: wt, direct: direct, group: group, txn: txn, rep: rep}
 	e.logf("campaign: seed %d, %d faults at most, budget %s, lease %s, kinds %s", cfg.Seed, cfg.Count, cfg.Budget, cfg.Lease, names(use))
 	// Everything flows before the first fault: the baseline.
 	if _, err := c.recover(ctx, time.Now()); err != nil {
@@ -265,10 +275,11 @@ func names(ks []kind) string {
 
 // campaign is a run's state.
 type campaign struct {
-	e             *env
-	w             *written
-	direct, group *tally
-	rep           *Report
+	e                  *env
+	w                  *written
+	wt                 *txnWritten
+	direct, group, txn *tally
+	rep                *Report
 	wedged        bool
 }
 
@@ -282,7 +293,11 @@ func (c *campaign) finish() *Report {
 	c.group.mu.Lock()
 	r.Group, r.Redelivered, r.GroupRestarts = c.group.records, c.group.redelivery, c.group.restarts
 	c.group.mu.Unlock()
-	r.ConsumerErrors = append(c.direct.topErrs(8), c.group.topErrs(8)...)
+	c.txn.mu.Lock()
+	r.TxnRead = c.txn.records
+	c.txn.mu.Unlock()
+	r.TxnCommits, r.TxnAborts, r.TxnUnknown, r.TxnCommitted = c.wt.commits.Load(), c.wt.aborts.Load(), c.wt.unknown.Load(), c.wt.committed.Load()
+	r.ConsumerErrors = append(append(c.direct.topErrs(8), c.group.topErrs(8)...), c.txn.topErrs(8)...)
 	return r
 }
 
@@ -365,11 +380,13 @@ func (c *campaign) sourceEnds(ctx context.Context) (map[int32]int64, error) {
 	return out, ferr
 }
 
-// recover waits until both consumers through offsetgate have read everything the source held
-// when it was called, and returns how long that took from since.
+// recover waits until the consumers through offsetgate have read everything the source held
+// when it was called (the read_committed one: every transaction committed by then), and
+// returns how long that took from since.
 func (c *campaign) recover(ctx context.Context, since time.Time) (time.Duration, error) {
 	deadline := time.Now().Add(c.e.cfg.Recovery)
 	var target map[int32]int64
+	txnTarget := c.wt.ends()
 	var last string
 	nextLog := time.Now().Add(30 * time.Second)
 	for {
@@ -391,6 +408,12 @@ func (c *campaign) recover(ctx context.Context, since time.Time) (time.Duration,
 				if d < end || g < end {
 					done = false
 					behind = append(behind, fmt.Sprintf("%d: source %d, direct %d, group %d", p, end, d, g))
+				}
+			}
+			for p, end := range txnTarget {
+				if x := c.txn.position(p); x < end {
+					done = false
+					behind = append(behind, fmt.Sprintf("%s[%d]: committed to %d, read_committed %d", c.e.txnTopic, p, end, x))
 				}
 			}
 			if done {
