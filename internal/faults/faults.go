@@ -126,11 +126,11 @@ type Report struct {
 	TxnCommits, TxnAborts, TxnUnknown int64
 	TxnCommitted, TxnRead             int64
 	Redelivered                       int64
-	GroupRestarts           int
-	ConsumerErrors          []string
-	Leaks                   map[string]*leakSeries
-	Dir                     string
-	Aborted                 string
+	GroupRestarts                     int
+	ConsumerErrors                    []string
+	Leaks                             map[string]*leakSeries
+	Dir                               string
+	Aborted                           string
 }
 
 // Failed reports whether any fault failed or the campaign was cut short.
@@ -280,7 +280,7 @@ type campaign struct {
 	wt                 *txnWritten
 	direct, group, txn *tally
 	rep                *Report
-	wedged        bool
+	wedged             bool
 }
 
 func (c *campaign) finish() *Report {
