@@ -363,6 +363,22 @@ func (s *State) confirm(src int64) {
 	}
 }
 
+// ConfirmHeld confirms the pending entries D holds, given its high watermark: this writer
+// writes a partition's entries to D in order and nothing else writes there, so an entry that
+// ends at or below the watermark reached D even if its answer never came back. It reports
+// whether any was confirmed.
+func (s *State) ConfirmHeld(hwm int64) bool {
+	kept := s.Pending[:0:0]
+	for _, e := range s.Pending {
+		if e.D+int64(e.Count) > hwm {
+			kept = append(kept, e)
+		}
+	}
+	confirmed := len(kept) != len(s.Pending)
+	s.Pending = kept
+	return confirmed
+}
+
 // Replayed is a partition's state rebuilt from its ledger, with what the ledger says beyond
 // planning: the last ownership claim, a halt, and how many batches and fillers it records.
 type Replayed struct {

@@ -397,3 +397,35 @@ func fillerKeys(t *testing.T, b []byte) string {
 	}
 	return strings.Join(keys, ",")
 }
+
+// A write whose answer was lost but that reached D: once D's high watermark shows it, it is
+// confirmed, and a client resuming from D's end is taken instead of refused.
+func TestConfirmHeld(t *testing.T) {
+	st := fresh(0)
+	sets, hs := split(t, src(0, 5, 1, 0), src(5, 5, 1, 0))
+	p := st.Plan(sets, hs, Options{MaxFill: 100})
+	if p.Refusal.Code != 0 {
+		t.Fatal(p.Refusal.Msg)
+	}
+	st.Apply(p) // written, never confirmed
+	st.Resync = true
+	sets, hs = split(t, src(10, 5, 1, 0))
+	if p := st.Plan(sets, hs, Options{MaxFill: 100}); p.Refusal.Code != ErrOutOfOrder {
+		t.Fatalf("a request past unconfirmed writes was taken: %s", kinds(p.Entries))
+	}
+	if st.ConfirmHeld(4) || len(st.Pending) != 2 {
+		t.Fatalf("a watermark inside the first batch confirmed something: %d pending", len(st.Pending))
+	}
+	if !st.ConfirmHeld(5) || len(st.Pending) != 1 || st.MirroredEnd() != 5 {
+		t.Fatalf("watermark 5: %d pending, mirrored end %d", len(st.Pending), st.MirroredEnd())
+	}
+	if p := st.Plan(sets, hs, Options{MaxFill: 100}); p.Refusal.Code != ErrOutOfOrder {
+		t.Fatal("a request past a write D does not hold was taken")
+	}
+	if !st.ConfirmHeld(10) || len(st.Pending) != 0 {
+		t.Fatalf("watermark 10: %d pending", len(st.Pending))
+	}
+	if p := st.Plan(sets, hs, Options{MaxFill: 100}); p.Refusal.Code != 0 || kinds(p.Entries) != "batch(10-14@10,seq10)" {
+		t.Fatalf("the request from D's end: %s %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+}

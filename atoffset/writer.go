@@ -307,6 +307,16 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		o.Between = func(from, to int64) []ledger.Entry { return w.cfg.Between(p.tid, partition, from, to) }
 	}
 	plan := p.st.Plan(sets, hs, o)
+	if plan.Refusal.Code == ErrOutOfOrder && len(p.st.Pending) > 0 {
+		// A write whose answer was lost (its client went away mid-request) may have reached D
+		// all the same, and a client that resumes from the end D shows starts after it: what
+		// D holds is confirmed, as at takeover, and the request planned again.
+		if hwm, err := w.highWatermark(ctx, p.topic, partition); err == nil && p.st.ConfirmHeld(hwm) {
+			w.log.Info("unconfirmed writes found on the destination", zap.String("topic", p.topic), zap.Int32("partition", partition),
+				zap.Int64("high_watermark", hwm), zap.Int("still_pending", len(p.st.Pending)))
+			plan = p.st.Plan(sets, hs, o)
+		}
+	}
 	if plan.Refusal.Code != 0 {
 		return plan.Refusal
 	}

@@ -343,7 +343,7 @@ func compare(ctx context.Context, cfg Config, r *Result) error {
 // out: the source's transaction index keeps entries whose records its cleaner removed (with
 // the first offset as written, which a mirror of what is left cannot know), and a consumer
 // skips nothing for them on either side.
-func committedView(ctx context.Context, rd *rawread.Reader, from, to int64, maxBytes int32) (int64, map[string]bool, error) {
+func committedView(ctx context.Context, rd *rawread.Reader, from, to int64, maxBytes int32) (int64, map[string]int64, error) {
 	var entries []kmsg.FetchResponseTopicPartitionAbortedTransaction
 	var hs []batch.Header
 	next, lso := from, int64(-1)
@@ -369,10 +369,10 @@ func committedView(ctx context.Context, rd *rawread.Reader, from, to int64, maxB
 			break
 		}
 	}
-	aborted := map[string]bool{}
+	aborted := map[string]int64{}
 	for _, a := range entries {
 		if at, ok := hides(hs, a.ProducerID, a.FirstOffset); ok {
-			aborted[fmt.Sprintf("%d@%d", a.ProducerID, at)] = true
+			aborted[fmt.Sprintf("%d@%d", a.ProducerID, at)] = at
 		}
 	}
 	return lso, aborted, nil
@@ -398,34 +398,58 @@ func hides(hs []batch.Header, pid, first int64) (int64, bool) {
 // compareCommitted compares what read_committed consumers are told on both sides over the
 // range compared: the last stable offset (when the mirror holds everything) and the aborted
 // transactions.
+//
+// A live source commits transactions while verify reads, so the two sides are read in an
+// order that makes a difference mean something: through offsetgate first, then the source.
+// The mirror never commits what the source has not, and a source's LSO only grows, so a
+// proxy LSO above the source's read after it is a fault at once. One below it, when the mirror
+// held everything, may be a transaction that committed on the source between the two reads:
+// both are read again (up to 10 times, 300 ms apart) before it counts. Both are clipped to the
+// range compared, and aborted transactions compared below both LSOs.
 func compareCommitted(ctx context.Context, cfg Config, r *Result) error {
-	slso, sab, err := committedView(ctx, rawread.New(cfg.Source, cfg.Topic, r.Partition), r.From, r.To, cfg.MaxBytes)
-	if err != nil {
-		return fmt.Errorf("reading the source at read_committed: %w", err)
-	}
-	plso, pab, err := committedView(ctx, rawread.New(cfg.Proxy, cfg.Topic, r.Partition), r.From, r.To, cfg.MaxBytes)
-	if err != nil {
-		return fmt.Errorf("reading through offsetgate at read_committed: %w", err)
-	}
-	r.SourceLSO, r.ProxyLSO, r.Aborted = slso, plso, len(sab)
-	switch {
-	case r.Tail == 0 && slso != plso, plso > slso:
-		r.Diff = &Difference{Offset: min(slso, plso), Field: "last stable offset", Source: fmt.Sprint(slso), Proxy: fmt.Sprint(plso)}
-	default:
-		for k := range sab {
-			if !pab[k] {
+	for attempt := 0; ; attempt++ {
+		plso, pab, err := committedView(ctx, rawread.New(cfg.Proxy, cfg.Topic, r.Partition), r.From, r.To, cfg.MaxBytes)
+		if err != nil {
+			return fmt.Errorf("reading through offsetgate at read_committed: %w", err)
+		}
+		slso, sab, err := committedView(ctx, rawread.New(cfg.Source, cfg.Topic, r.Partition), r.From, r.To, cfg.MaxBytes)
+		if err != nil {
+			return fmt.Errorf("reading the source at read_committed: %w", err)
+		}
+		r.SourceLSO, r.ProxyLSO = slso, plso
+		sl, pl := min(slso, r.To), min(plso, r.To)
+		if pl < sl && r.Tail == 0 && attempt < 10 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(300 * time.Millisecond):
+			}
+			continue
+		}
+		if pl > sl || pl < sl && r.Tail == 0 {
+			r.Diff = &Difference{Offset: min(sl, pl), Field: "last stable offset", Source: fmt.Sprint(slso), Proxy: fmt.Sprint(plso)}
+			return nil
+		}
+		limit := min(sl, pl)
+		r.Aborted = 0
+		for k, at := range sab {
+			if at >= limit {
+				continue
+			}
+			r.Aborted++
+			if _, ok := pab[k]; !ok {
 				r.Diff = &Difference{Offset: r.From, Field: "aborted transactions", Source: "producer@first " + k, Proxy: "not named"}
 				return nil
 			}
 		}
-		for k := range pab {
-			if !sab[k] {
+		for k, at := range pab {
+			if _, ok := sab[k]; !ok && at < limit {
 				r.Diff = &Difference{Offset: r.From, Field: "aborted transactions", Source: "not named", Proxy: "producer@first " + k}
 				return nil
 			}
 		}
+		return nil
 	}
-	return nil
 }
 
 func present(b []byte) string {
