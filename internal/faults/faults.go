@@ -231,6 +231,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return c.finish(), nil
 	}
 	c.sampleLeaks(ctx, "baseline", nil)
+	c.warmBaseline(ctx)
 
 	start := time.Now()
 	n := cfg.Count
