@@ -256,6 +256,17 @@ func (e *env) consumerOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.SeedBrokers(e.ogListen), kgo.Dialer(dial), kgo.MetadataMinAge(500 * time.Millisecond)}
 }
 
+// fromStart is a client reading every partition of topic through offsetgate from the start,
+// keeping its own positions (no group).
+func (e *env) fromStart(topic string, opts ...kgo.Opt) (*kgo.Client, error) {
+	parts := map[int32]kgo.Offset{}
+	for p := int32(0); p < e.cfg.Partitions; p++ {
+		parts[p] = kgo.NewOffset().AtStart()
+	}
+	opts = append(append(e.consumerOpts(), opts...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}))
+	return kgo.NewClient(opts...)
+}
+
 // close stops everything the campaign started.
 func (e *env) close() {
 	for _, p := range []*proc{e.mr, e.og} {

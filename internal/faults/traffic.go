@@ -186,12 +186,7 @@ func (t *tally) check(w *written, r *kgo.Record) {
 // readDirect reads every partition through offsetgate from the start, keeping its own
 // positions (no group): every offset must come once, in order.
 func (e *env) readDirect(ctx context.Context, w *written, t *tally) error {
-	parts := map[int32]kgo.Offset{}
-	for p := int32(0); p < e.cfg.Partitions; p++ {
-		parts[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(append(e.consumerOpts(), kgo.ClientID("faults-direct"),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topic: parts}))...)
+	cl, err := e.fromStart(e.topic, kgo.ClientID("faults-direct"))
 	if err != nil {
 		return err
 	}

@@ -143,12 +143,7 @@ func (e *env) produceTxn(ctx context.Context, w *txnWritten, seed uint64) error 
 // keeping its own positions: every committed record once, in order, as the source holds it,
 // and no record of an aborted transaction.
 func (e *env) readTxn(ctx context.Context, w *txnWritten, t *tally) error {
-	parts := map[int32]kgo.Offset{}
-	for p := int32(0); p < e.cfg.Partitions; p++ {
-		parts[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(append(e.consumerOpts(), kgo.ClientID("faults-txn-reader"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.txnTopic: parts}))...)
+	cl, err := e.fromStart(e.txnTopic, kgo.ClientID("faults-txn-reader"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err
 	}
