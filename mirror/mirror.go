@@ -71,6 +71,13 @@ type Config struct {
 	// Progress (a terminal); otherwise a following run writes a line per partition every
 	// ProgressEvery.
 	Live bool
+	// MirrorGroup, when set, makes this following run one of the processes of a mirror group:
+	// runs with the same MirrorGroup (and the same source) share the partitions of their
+	// topics, assigned and moved by Kafka's consumer-group protocol on the source cluster.
+	MirrorGroup string
+	// GroupSessionTimeout is how long the group waits for a silent member before its
+	// partitions move (DefaultGroupSessionTimeout when zero).
+	GroupSessionTimeout time.Duration
 	// Metrics, when set, receives the run's per-partition gauges (mirrored end, source end,
 	// lag, records, bytes, stopped).
 	Metrics prometheus.Registerer
@@ -129,6 +136,9 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	if cfg.ReplicationFactor == 0 {
 		cfg.ReplicationFactor = -1
+	}
+	if cfg.MirrorGroup != "" && !cfg.follow {
+		return Summary{}, &InputError{errors.New("a mirror group shares partitions between following runs: it cannot be used with --once")}
 	}
 	src, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Source...), kgo.ClientID("offsetgate-mirror")}, cfg.SourceOpts...)...)
 	if err != nil {
@@ -206,24 +216,64 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	eng := newEngine(cfg, src, px, conns, tr)
 	eng.start(ectx)
 	defer func() { ecancel(); eng.wg.Wait() }()
-	for _, j := range jobs {
-		if err := eng.addTopic(ectx, j.topic, j.prepared); err != nil {
-			return Summary{Partitions: eng.summary(), Elapsed: time.Since(start)}, err
+	// mirrored is the topics being mirrored; with --topic-regex a following run adds to it
+	// (on its group loop, or the mirror group's worker).
+	var mirroredMu sync.Mutex
+	mirrored := append([]string(nil), cfg.Topics...)
+	mirroredNow := func() []string {
+		mirroredMu.Lock()
+		defer mirroredMu.Unlock()
+		return append([]string(nil), mirrored...)
+	}
+	if cfg.MirrorGroup != "" {
+		// The group assigns the partitions; its member ends before the engine (deferred
+		// after it), so the partitions it held are released with their writes complete.
+		preparedTopics := map[string]prepared{}
+		for _, j := range jobs {
+			preparedTopics[j.topic] = j.prepared
+		}
+		prepare := func(pctx context.Context, topic string) (prepared, error) {
+			if pr, ok := preparedTopics[topic]; ok {
+				return pr, nil
+			}
+			var pr prepared
+			if err := retry(pctx, func() error {
+				var err error
+				pr, err = prepareTopic(pctx, sadm, padm, topic, cfg.ReplicationFactor)
+				return err
+			}); err != nil {
+				return pr, err
+			}
+			preparedTopics[topic] = pr
+			mirroredMu.Lock()
+			mirrored = append(mirrored, topic)
+			mirroredMu.Unlock()
+			return pr, nil
+		}
+		member, err := joinGroup(ectx, cfg, eng, cfg.Topics, prepare)
+		if err != nil {
+			return Summary{Elapsed: time.Since(start)}, err
+		}
+		defer member.close()
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "joined mirror group %s: waiting for the partitions it assigns to this process\n", cfg.MirrorGroup)
+		}
+	} else {
+		for _, j := range jobs {
+			if err := eng.addTopic(ectx, j.topic, j.prepared); err != nil {
+				return Summary{Partitions: eng.summary(), Elapsed: time.Since(start)}, err
+			}
+		}
+		if !cfg.follow || cfg.TopicRegex == nil {
+			eng.added() // otherwise the run stays ready for new topics until ctx ends
 		}
 	}
-	if !cfg.follow || cfg.TopicRegex == nil {
-		eng.added() // otherwise the run stays ready for new topics until ctx ends
-	}
-
-	// mirrored is the topics being mirrored; with --topic-regex a following run adds to it
-	// (on its group loop, which alone reads it while partitions run).
-	mirrored := cfg.Topics
 	lastSkip := map[string]string{} // print a group's skip reason once, not every pass
 	copyGroups := func(cctx context.Context) error {
 		if cfg.Groups == nil {
 			return nil
 		}
-		res, err := CopyGroups(cctx, src, px, cfg.Groups, mirrored)
+		res, err := CopyGroups(cctx, src, px, cfg.Groups, mirroredNow())
 		if cfg.Progress != nil {
 			for _, g := range res {
 				switch {
@@ -250,7 +300,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			return // no match yet, or the source is away for a moment: the next pass sees
 		}
 		known := map[string]bool{}
-		for _, t := range mirrored {
+		for _, t := range mirroredNow() {
 			known[t] = true
 		}
 		for _, topic := range found {
@@ -269,7 +319,9 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 				continue
 			}
 			delete(refusedNew, topic)
+			mirroredMu.Lock()
 			mirrored = append(mirrored, topic)
+			mirroredMu.Unlock()
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "%s: new source topic, %d partitions: mirroring\n", topic, pr.parts)
 			}
@@ -307,14 +359,14 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 							fmt.Fprintf(cfg.Progress, "sending compacted partitions again: %v\n", err)
 						}
 					}
-					if cfg.TopicRegex != nil {
-						discover(gctx)
+					if cfg.TopicRegex != nil && cfg.MirrorGroup == "" {
+						discover(gctx) // a mirror group's client finds new topics itself
 					}
 					if err := copyGroups(gctx); err != nil && gctx.Err() == nil && cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
 					}
 					// The source's retention moves its log start: the mirror's follows.
-					moved, err := FollowLogStart(gctx, src, px, mirrored)
+					moved, err := FollowLogStart(gctx, src, px, mirroredNow())
 					if cfg.Progress != nil && gctx.Err() == nil {
 						if err != nil {
 							fmt.Fprintf(cfg.Progress, "following the source's log start: %v\n", err)
