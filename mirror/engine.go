@@ -329,6 +329,19 @@ func (e *engine) resync(ctx context.Context) error {
 	return nil
 }
 
+// partitions is how many partitions of topic the run has taken (the highest number plus one).
+func (e *engine) partitions(topic string) int32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := int32(0)
+	for k := range e.parts {
+		if k.topic == topic {
+			n = max(n, k.num+1)
+		}
+	}
+	return n
+}
+
 // release stops mirroring partitions of topic that another process of the mirror group now
 // owns, and returns once none of them is being written: the new owner starts from what
 // offsetgate holds after this process's last write. It returns the partitions it released

@@ -232,11 +232,12 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		for _, j := range jobs {
 			preparedTopics[j.topic] = j.prepared
 		}
-		prepare := func(pctx context.Context, topic string) (prepared, error) {
-			if pr, ok := preparedTopics[topic]; ok {
+		prepare := func(pctx context.Context, topic string, need int32) (prepared, error) {
+			pr, ok := preparedTopics[topic]
+			if ok && pr.parts >= need {
 				return pr, nil
 			}
-			var pr prepared
+			_, known := preparedTopics[topic] // partitions were added to it on the source
 			if err := retry(pctx, func() error {
 				var err error
 				pr, err = prepareTopic(pctx, sadm, padm, topic, cfg.ReplicationFactor)
@@ -245,9 +246,11 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 				return pr, err
 			}
 			preparedTopics[topic] = pr
-			mirroredMu.Lock()
-			mirrored = append(mirrored, topic)
-			mirroredMu.Unlock()
+			if !known {
+				mirroredMu.Lock()
+				mirrored = append(mirrored, topic)
+				mirroredMu.Unlock()
+			}
 			return pr, nil
 		}
 		member, err := joinGroup(ectx, cfg, eng, cfg.Topics, prepare)
@@ -328,6 +331,45 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		}
 	}
 
+	// grow starts the partitions added to mirrored source topics since the run took them (a
+	// mirror group's client sees them itself): the mirror topic gets them too.
+	grow := func(gctx context.Context) {
+		topics := mirroredNow()
+		if len(topics) == 0 {
+			return
+		}
+		md, err := sadm.Metadata(gctx, topics...)
+		if err != nil {
+			return // the next pass sees
+		}
+		for _, topic := range topics {
+			st, ok := md.Topics[topic]
+			if !ok || st.Err != nil {
+				continue
+			}
+			have := eng.partitions(topic)
+			n := int32(len(st.Partitions))
+			if have == 0 || n <= have {
+				continue
+			}
+			pr, err := prepareTopic(gctx, sadm, padm, topic, cfg.ReplicationFactor)
+			if err == nil {
+				var nums []int32
+				for p := have; p < pr.parts; p++ {
+					nums = append(nums, p)
+				}
+				err = eng.addParts(gctx, topic, pr, nums)
+			}
+			if cfg.Progress != nil && gctx.Err() == nil {
+				if err != nil {
+					fmt.Fprintf(cfg.Progress, "%s: partitions added on the source (%d, was %d), not mirrored yet: %v\n", topic, n, have, err)
+				} else {
+					fmt.Fprintf(cfg.Progress, "%s: partitions added on the source (%d, was %d): added to the mirror topic, mirroring\n", topic, n, have)
+				}
+			}
+		}
+	}
+
 	if cfg.follow {
 		interval := cfg.GroupInterval
 		if interval <= 0 {
@@ -359,8 +401,11 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 							fmt.Fprintf(cfg.Progress, "sending compacted partitions again: %v\n", err)
 						}
 					}
-					if cfg.TopicRegex != nil && cfg.MirrorGroup == "" {
-						discover(gctx) // a mirror group's client finds new topics itself
+					if cfg.MirrorGroup == "" { // a mirror group's client finds new topics and partitions itself
+						if cfg.TopicRegex != nil {
+							discover(gctx)
+						}
+						grow(gctx)
 					}
 					if err := copyGroups(gctx); err != nil && gctx.Err() == nil && cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
@@ -525,10 +570,20 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		return prepared{}, fmt.Errorf("offsetgate metadata: %w", err)
 	}
 	if dt, ok := pmd.Topics[topic]; ok && dt.Err == nil {
-		if int32(len(dt.Partitions)) != n {
-			return prepared{}, refuse("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
+		have := int32(len(dt.Partitions))
+		if have > n {
+			return prepared{}, refuse("topic %s has %d partitions on the destination and %d on the source", topic, have, n)
 		}
-		return pr, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
+		if err := checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:])); err != nil {
+			return prepared{}, err
+		}
+		if have < n {
+			// Partitions were added to the source topic: the mirror gets them too.
+			if err := addPartitions(ctx, padm, topic, n); err != nil {
+				return prepared{}, err
+			}
+		}
+		return pr, nil
 	}
 	cfg := map[string]*string{rules.MarkKey: kmsg.StringPtr("true"), rules.SourcePrefix + "topic.id": kmsg.StringPtr(hex.EncodeToString(st.ID[:]))}
 	for k, v := range source {
@@ -545,6 +600,25 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		return prepared{}, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
 	}
 	return pr, nil
+}
+
+// addPartitions gives a mirror topic the source's partition count (offsetgate lets only the
+// topic's approved mirroring client add them).
+func addPartitions(ctx context.Context, padm *kadm.Client, topic string, n int32) error {
+	resps, err := padm.UpdatePartitions(ctx, int(n), topic)
+	if err != nil {
+		return fmt.Errorf("adding partitions to mirror topic %s: %w", topic, err)
+	}
+	r, ok := resps[topic]
+	if !ok {
+		return fmt.Errorf("adding partitions to mirror topic %s: no answer for the topic", topic)
+	}
+	if r.Err != nil && !errors.Is(r.Err, kerr.InvalidPartitions) {
+		return fmt.Errorf("adding partitions to mirror topic %s (to %d, as on the source): %w (%s)", topic, n, r.Err, r.ErrMessage)
+	}
+	// INVALID_PARTITIONS: another process of the mirror added them a moment ago (the count is
+	// already n); the next metadata read says so, and a real mismatch is refused there.
+	return nil
 }
 
 func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) error {

@@ -29,7 +29,7 @@ const DefaultGroupSessionTimeout = 10 * time.Second
 type groupMember struct {
 	cfg     Config
 	eng     *engine
-	prepare func(ctx context.Context, topic string) (prepared, error)
+	prepare func(ctx context.Context, topic string, need int32) (prepared, error)
 	cl      *kgo.Client
 
 	mu      sync.Mutex
@@ -43,7 +43,7 @@ type groupMember struct {
 // joinGroup makes this run a member of cfg.MirrorGroup for topics (and, with a regex, every
 // source topic matching it) and starts the partitions the group assigns to it.
 func joinGroup(ctx context.Context, cfg Config, eng *engine, topics []string,
-	prepare func(ctx context.Context, topic string) (prepared, error)) (*groupMember, error) {
+	prepare func(ctx context.Context, topic string, need int32) (prepared, error)) (*groupMember, error) {
 	m := &groupMember{cfg: cfg, eng: eng, prepare: prepare, pending: map[string][]int32{},
 		jobs: make(chan func(), 64), stop: make(chan struct{}), done: make(chan struct{})}
 	session := cfg.GroupSessionTimeout
@@ -56,6 +56,8 @@ func joinGroup(ctx context.Context, cfg Config, eng *engine, topics []string,
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(session), kgo.HeartbeatInterval(session / 5),
 		kgo.DisableAutoCommit(),
+		// New topics and partitions on the source are seen (and assigned) this often.
+		kgo.MetadataMaxAge(metadataAge(cfg.GroupInterval)), kgo.MetadataMinAge(500 * time.Millisecond),
 		kgo.OnPartitionsAssigned(m.assigned),
 		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
 			m.released(revoked, "mirror group "+cfg.MirrorGroup+" moved it to another process")
@@ -179,7 +181,14 @@ func (m *groupMember) startPending(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		pr, err := m.prepare(ctx, topic)
+		need := int32(0)
+		for _, n := range nums {
+			need = max(need, n+1)
+		}
+		pr, err := m.prepare(ctx, topic, need)
+		if err == nil && pr.parts < need {
+			err = fmt.Errorf("the source topic has %d partitions, the group assigned partition %d", pr.parts, need-1)
+		}
 		if err == nil {
 			err = m.eng.addParts(ctx, topic, pr, nums)
 		}
@@ -205,6 +214,15 @@ func (m *groupMember) close() {
 	m.cl.Close()
 	close(m.stop)
 	<-m.done
+}
+
+// metadataAge is how often the group's client reads the source's topics: the run's group
+// interval (5 s when unset), at least a second.
+func metadataAge(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 5 * time.Second
+	}
+	return max(interval, time.Second)
 }
 
 func sortedTopics(m map[string][]int32) []string {

@@ -45,7 +45,7 @@ func TestMirrorGroupShares(t *testing.T) {
 		m := &member{progress: &syncBuf{}, stop: stop, done: make(chan error, 1)}
 		cfg := e.mirrorConfig(topic)
 		cfg.Parallel, cfg.Progress, cfg.ProgressEvery = 2, m.progress, time.Second
-		cfg.MirrorGroup, cfg.GroupSessionTimeout = prefix+"-mirrors", 6*time.Second
+		cfg.MirrorGroup, cfg.GroupSessionTimeout, cfg.GroupInterval = prefix+"-mirrors", 6*time.Second, time.Second
 		go func() { _, err := mirror.Follow(mctx, cfg); m.done <- err }()
 		return m
 	}
@@ -92,7 +92,30 @@ func TestMirrorGroupShares(t *testing.T) {
 		}
 		return true
 	}
-	waitUntil(t, 90*time.Second, func() bool { return settled(members) })
+	dump := func() string {
+		var b strings.Builder
+		for i, m := range members {
+			select {
+			case err := <-m.done:
+				fmt.Fprintf(&b, "--- member %d ended: %v\n", i, err)
+				m.done <- err
+			default:
+			}
+			fmt.Fprintf(&b, "--- member %d:\n%s\n", i, m.progress.String())
+		}
+		return b.String()
+	}
+	waitFor := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v\n%s", what, d, dump())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitFor("the three members share the partitions", 90*time.Second, func() bool { return settled(members) })
 	for i, m := range members {
 		if n := len(owned(m)); n == 0 || n == parts {
 			t.Fatalf("member %d owns %d of %d partitions: the group did not share them\n%s", i, n, parts, m.progress.String())
@@ -119,11 +142,36 @@ func TestMirrorGroupShares(t *testing.T) {
 	}
 	rest := members[1:]
 	produceSource(ctx, t, s, topic, 600, spread)
-	waitUntil(t, 90*time.Second, func() bool { return settled(rest) })
+	waitFor("the other two take the partitions of the one that left", 90*time.Second, func() bool { return settled(rest) })
 	deadline = time.Now().Add(90 * time.Second)
 	for !same() {
 		if time.Now().After(deadline) {
 			t.Fatalf("after a member left, the others did not mirror everything: source %v, destination %v",
+				count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Partitions added to the source topic are added to the mirror topic and shared.
+	adm, err := s.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.UpdatePartitions(ctx, parts+4, topic); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the partitions added on the source are shared", 90*time.Second, func() bool {
+		produceSource(ctx, t, s, topic, 28, spread)
+		n := 0
+		for _, m := range rest {
+			n += len(owned(m))
+		}
+		return n == parts+4
+	})
+	deadline = time.Now().Add(90 * time.Second)
+	for !same() {
+		if time.Now().After(deadline) {
+			t.Fatalf("partitions added on the source were not mirrored: source %v, destination %v",
 				count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic))
 		}
 		time.Sleep(200 * time.Millisecond)
