@@ -182,6 +182,26 @@ func TestFollowPartitionsAdded(t *testing.T) {
 	waitUntil(t, 30*time.Second, func() bool { return len(count(ctx, t, e.pair.Dest, topic)) == 5 })
 	produceSource(ctx, t, s, topic, 100, spread)
 	caughtUp("partitions added while following", &progress)
+	// Consumers read the new partitions through offsetgate (their source views are loaded
+	// when they are first met), with the source's offsets.
+	for p := int32(2); p < 5; p++ {
+		want := readAll(ctx, t, s, topic, p, 20)
+		cl := e.proxyClient(t)
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}})
+		var got []int64
+		for len(got) < len(want) {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("%s[%d] through offsetgate: read %d of %d records", topic, p, len(got), len(want))
+			}
+			fs.EachRecord(func(r *kgo.Record) { got = append(got, r.Offset) })
+		}
+		for i := range want {
+			if got[i] != want[i].Offset {
+				t.Fatalf("%s[%d] through offsetgate: record %d at offset %d, the source's at %d", topic, p, i, got[i], want[i].Offset)
+			}
+		}
+	}
 	if !strings.Contains(progress.String(), "partitions added on the source (5, was 2)") {
 		t.Fatalf("the run did not say it added partitions:\n%s", progress.String())
 	}
