@@ -685,14 +685,17 @@ func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, of
 // source offset the batches were fetched from (the header's from offset; -1: none).
 func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64) error {
 	var last error
+	var ownedSince time.Time
+	waited := false // the last attempt already waited (for another instance's lease)
 	for attempt := 0; attempt < 20; attempt++ {
-		if attempt > 0 {
+		if attempt > 0 && !waited {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(time.Duration(min(attempt, 10)) * 100 * time.Millisecond):
 			}
 		}
+		waited = false
 		// A lookup through an offsetgate that went away would be retried by the client for
 		// minutes: each attempt here has a time of its own.
 		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -742,12 +745,41 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			msg = *pr.ErrorMessage
 		}
 		err = fmt.Errorf("%w: %s", kerr.ErrorForCode(pr.ErrorCode), msg)
+		if owned(pr.ErrorCode, msg) {
+			// Another offsetgate instance holds the partition (this run moved to another
+			// instance after the one it wrote through went away): its lease runs out, then
+			// this instance takes over from what the ledger says. Waiting does not use up
+			// the attempts.
+			if ownedSince.IsZero() {
+				ownedSince = time.Now()
+			}
+			if time.Since(ownedSince) < ownedWait {
+				attempt--
+				last, waited = err, true
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			return fmt.Errorf("%w (waited %v)", err, ownedWait)
+		}
 		if !kerr.IsRetriable(kerr.ErrorForCode(pr.ErrorCode)) || pr.ErrorCode == rules.ErrHalted {
 			return err
 		}
 		last = err
 	}
 	return last
+}
+
+// ownedWait is how long a write waits for another offsetgate instance's lease on its
+// partition to run out (offsetgate's ownership_lease is 30 s by default).
+const ownedWait = 3 * time.Minute
+
+// owned reports an answer saying another offsetgate instance owns the partition.
+func owned(code int16, msg string) bool {
+	return code == rules.ErrOwned && strings.Contains(msg, "owned by offsetgate instance")
 }
 
 func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (string, error) {
