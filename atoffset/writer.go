@@ -139,8 +139,8 @@ type part struct {
 	// ledgerNext is the ledger offset after the last entry this process read or appended:
 	// entries from there on were appended by another instance.
 	ledgerNext int64
-	leader    int32     // cached leader of the partition on D; -1: unknown
-	conn      *wire.Conn
+	leader     int32 // cached leader of the partition on D; -1: unknown
+	conn       *wire.Conn
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
