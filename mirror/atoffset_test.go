@@ -2,6 +2,7 @@ package mirror_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -442,4 +443,73 @@ func splitPort(t testing.TB, addr string) (string, int) {
 		t.Fatal(err)
 	}
 	return host, p
+}
+
+// A consumer bootstrapped with two offsetgate instances carries on through the second when the
+// one it read through stops: every record of the mirror topic once, in order, with the
+// source's offsets.
+func TestConsumerSurvivesInstanceLoss(t *testing.T) {
+	prefix := testkafka.Names(t, "cl")
+	a := newEnv(t, prefix, nil)
+	b := a.another(prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := a.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 600, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if _, err := mirror.Once(ctx, a.mirrorConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	_, bPort := splitPort(t, b.addr)
+	var bOpen atomic.Bool
+	cl, err := kgo.NewClient(kgo.SeedBrokers(a.addr, b.addr),
+		kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if _, p := splitPort(t, addr); p >= bPort && p < bPort+4 && !bOpen.Load() {
+				return nil, errors.New("B is not reachable yet")
+			}
+			c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := a.certs.ClientTLS(a.client).Clone()
+			tc.ServerName, _ = splitPort(t, addr)
+			return tls.Client(c, tc), nil
+		}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxPartitionBytes(1024), kgo.RetryTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	next := map[int32]int64{0: 0, 1: 0}
+	total := 0
+	stopped := false
+	var stoppedAt time.Time
+	for total < 600 {
+		fs := cl.PollRecords(ctx, 50)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of 600 records (next offsets %v)", total, next)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset != next[r.Partition] {
+				t.Fatalf("%s[%d]: offset %d after %d: a record skipped or read twice", topic, r.Partition, r.Offset, next[r.Partition]-1)
+			}
+			next[r.Partition]++
+			total++
+		})
+		if !stopped && total >= 100 {
+			stopping := time.Now()
+			a.stop() // the instance this consumer reads through goes away mid-read
+			bOpen.Store(true)
+			stopped, stoppedAt = true, time.Now()
+			t.Logf("A stopped in %v", stoppedAt.Sub(stopping).Round(100*time.Millisecond))
+		}
+	}
+	t.Logf("the rest read through B %v after A stopped", time.Since(stoppedAt).Round(100*time.Millisecond))
+	if !stopped {
+		t.Fatal("A never stopped: the consumer read everything before")
+	}
 }
