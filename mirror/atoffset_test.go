@@ -354,14 +354,15 @@ func TestStaleInstanceRereadsLedger(t *testing.T) {
 	}
 }
 
-// A following mirror bootstrapped with two offsetgate instances goes on through the second
-// when the one it wrote through stops: it waits for the first one's lease, then the second
+// A following mirror bootstrapped with three offsetgate instances goes on through another
+// when the one it wrote through stops: it waits for the first one's lease, then the other
 // takes the partitions over from the ledger; nothing is lost or written twice.
 func TestMirrorFailsOverToAnotherInstance(t *testing.T) {
 	prefix := testkafka.Names(t, "fo")
 	lease := func(c *proxy.Config) { c.OwnershipLease = 3 * time.Second }
 	a := newEnv(t, prefix, lease)
 	b := a.another(prefix, lease)
+	c := a.another(prefix, lease)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := a.pair.Source
@@ -374,16 +375,18 @@ func TestMirrorFailsOverToAnotherInstance(t *testing.T) {
 	same := func() bool {
 		return fmt.Sprint(count(ctx, t, s, topic)) == fmt.Sprint(count(ctx, t, a.pair.Dest, topic))
 	}
-	// B's listeners are unreachable while A runs, so the run surely writes through A first.
+	// The other instances' listeners are unreachable while A runs, so the run surely writes
+	// through A first.
 	_, bPort := splitPort(t, b.addr)
+	_, cPort := splitPort(t, c.addr)
 	var bOpen atomic.Bool
 	var dialedB atomic.Int64
 	cfg := a.mirrorConfig(topic)
-	cfg.Proxy = []string{a.addr, b.addr}
+	cfg.Proxy = []string{a.addr, b.addr, c.addr}
 	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if _, p := splitPort(t, addr); p >= bPort && p < bPort+4 {
+		if _, p := splitPort(t, addr); p >= bPort && p < bPort+4 || p >= cPort && p < cPort+4 {
 			if !bOpen.Load() {
-				return nil, errors.New("B is not reachable yet")
+				return nil, errors.New("B and C are not reachable yet")
 			}
 			dialedB.Add(1)
 		}
@@ -395,13 +398,24 @@ func TestMirrorFailsOverToAnotherInstance(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { _, err := mirror.Follow(fctx, cfg); done <- err }()
-	waitUntil(t, 60*time.Second, same)
+	deadline := time.Now().Add(60 * time.Second)
+	for !same() {
+		select {
+		case err := <-done:
+			t.Fatalf("the mirror ended: %v\n%s", err, progress.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror did not catch up through A:\n%s", progress.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 
 	a.stop()
 	bOpen.Store(true)
 	stoppedAt := time.Now()
 	produceSource(ctx, t, s, topic, 400, spread)
-	deadline := time.Now().Add(90 * time.Second)
+	deadline = time.Now().Add(90 * time.Second)
 	for !same() {
 		select {
 		case err := <-done:
@@ -409,14 +423,14 @@ func TestMirrorFailsOverToAnotherInstance(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the mirror did not go on through B: source %v, destination %v\n%s",
+			t.Fatalf("the mirror did not go on through B or C: source %v, destination %v\n%s",
 				count(ctx, t, s, topic), count(ctx, t, a.pair.Dest, topic), progress.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("caught up through B %v after A stopped", time.Since(stoppedAt).Round(100*time.Millisecond))
+	t.Logf("caught up through another instance %v after A stopped", time.Since(stoppedAt).Round(100*time.Millisecond))
 	if dialedB.Load() == 0 {
-		t.Fatal("the mirror never connected to B")
+		t.Fatal("the mirror never connected to B or C")
 	}
 	for p, se := range count(ctx, t, s, topic) {
 		want := readAll(ctx, t, s, topic, p, int(se[1]-se[0]))
