@@ -699,7 +699,7 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 		// A lookup through an offsetgate that went away would be retried by the client for
 		// minutes: each attempt here has a time of its own.
 		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
-		addr, err := leaderAddr(lctx, px, topic, part)
+		addr, err := conns.leader(lctx, px, topic, part, last != nil)
 		lcancel()
 		if err != nil {
 			last = err
@@ -798,13 +798,37 @@ func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (
 // own for each round trip and gives it back after: there are at most as many connections per
 // broker as writers (Parallel), whatever the number of partitions.
 type connPool struct {
-	cfg    Config
-	mu     sync.Mutex
-	idle   map[string][]*wire.Conn
-	closed bool
+	cfg     Config
+	mu      sync.Mutex
+	idle    map[string][]*wire.Conn
+	leaders map[partKey]string // offsetgate broker address leading a partition, as last looked up
+	closed  bool
 }
 
-func newConnPool(cfg Config) *connPool { return &connPool{cfg: cfg, idle: map[string][]*wire.Conn{}} }
+func newConnPool(cfg Config) *connPool {
+	return &connPool{cfg: cfg, idle: map[string][]*wire.Conn{}, leaders: map[partKey]string{}}
+}
+
+// leader is the offsetgate broker address leading a partition: the one looked up last, or
+// looked up now (uncached) when there is none or fresh is set (the last attempt failed). A
+// lookup per write would add a round trip through offsetgate to every write.
+func (p *connPool) leader(ctx context.Context, px *kgo.Client, topic string, part int32, fresh bool) (string, error) {
+	k := partKey{topic, part}
+	p.mu.Lock()
+	addr, ok := p.leaders[k]
+	p.mu.Unlock()
+	if ok && !fresh {
+		return addr, nil
+	}
+	addr, err := leaderAddr(ctx, px, topic, part)
+	if err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	p.leaders[k] = addr
+	p.mu.Unlock()
+	return addr, nil
+}
 
 // get takes an idle connection to addr or dials one.
 func (p *connPool) get(ctx context.Context, addr string) (*wire.Conn, error) {
