@@ -136,8 +136,11 @@ type part struct {
 	compacted bool // the source topic is compacted (its mark's source settings)
 	halted    string
 	until     time.Time // our ownership lease
-	leader    int32     // cached leader of the partition on D; -1: unknown
-	conn      *wire.Conn
+	// ledgerNext is the ledger offset after the last entry this process read or appended:
+	// entries from there on were appended by another instance.
+	ledgerNext int64
+	leader     int32 // cached leader of the partition on D; -1: unknown
+	conn       *wire.Conn
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -171,10 +174,11 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if err := w.ledger.Ensure(ctx, p.id, count); err != nil {
 		return err
 	}
-	es, err := w.ledger.Read(ctx, p.id, partition)
+	es, next, err := w.ledger.ReadFrom(ctx, p.id, partition, 0)
 	if err != nil {
 		return err
 	}
+	p.ledgerNext = next
 	r := Replay(es)
 	if r.Owner != "" && r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
 		return &ownedError{owner: r.Owner, until: r.OwnerUntil}
@@ -213,6 +217,34 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	p.loaded = true
 	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
 		zap.Int("ledger_entries", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
+	return nil
+}
+
+// stillOwned: when this process's lease on a loaded partition has run out (it was paused, or
+// the partition was idle), another instance may have taken the partition and written since,
+// and what this process holds in memory would be stale: it plans nothing before it has read
+// what the ledger gained meanwhile. Nothing gained: it goes on (and renews). Anything gained:
+// the partition is loaded again, which refuses the write while the other instance's lease
+// holds and starts from what the ledger says otherwise.
+func (w *Writer) stillOwned(ctx context.Context, p *part, partition int32) error {
+	if !p.loaded || p.until.IsZero() || time.Now().Before(p.until) {
+		return nil
+	}
+	es, next, err := w.ledger.ReadFrom(ctx, p.id, partition, p.ledgerNext)
+	if err != nil {
+		return err
+	}
+	if len(es) == 0 {
+		p.ledgerNext = next
+		return nil
+	}
+	w.log.Info("mirror partition written by another instance since our lease ran out: reloading",
+		zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int("entries_since", len(es)))
+	p.loaded, p.until, p.halted = false, time.Time{}, ""
+	if p.conn != nil {
+		p.conn.Close()
+		p.conn = nil
+	}
 	return nil
 }
 
@@ -285,6 +317,9 @@ func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, re
 // write loads the partition, plans the request (Plan: no I/O), stores the plan in the ledger,
 // then writes the data and checks every offset D answers.
 func (w *Writer) write(ctx context.Context, p *part, partition int32, records []byte, from int64) Result {
+	if err := w.stillOwned(ctx, p, partition); err != nil {
+		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the partition's ledger: " + err.Error()}
+	}
 	if err := w.load(ctx, p, partition); err != nil {
 		var oe *ownedError
 		if errors.As(err, &oe) {
@@ -330,12 +365,13 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 	// Write-ahead: the ledger holds the plan before D gets a byte of it.
 	if len(entries) > 0 {
 		lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
-		err := w.ledger.Append(lctx, p.id, partition, entries)
+		next, err := w.ledger.AppendNext(lctx, p.id, partition, entries)
 		cancel()
 		if err != nil {
 			p.until = time.Time{}
 			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written: " + err.Error()}
 		}
+		p.ledgerNext = max(p.ledgerNext, next)
 		p.st.Apply(plan)
 		if w.cfg.OnEntries != nil && len(plan.Entries) > 0 {
 			w.cfg.OnEntries(p.tid, partition, plan.Entries)

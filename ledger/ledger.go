@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -180,25 +181,75 @@ func (l *Ledger) Ensure(ctx context.Context, topicID string, partitions int32) e
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("ledger: creating %s: %w", Topic(topicID), err)
 	}
+	if err == nil {
+		return nil
+	}
+	// It exists: partitions added to the mirror topic (the source grew) are added to its
+	// ledger too, partition p's history being ledger partition p.
+	td, err := adm.ListTopics(ctx, Topic(topicID))
+	if err != nil {
+		return fmt.Errorf("ledger: partitions of %s: %w", Topic(topicID), err)
+	}
+	t, ok := td[Topic(topicID)]
+	if !ok || t.Err != nil {
+		return fmt.Errorf("ledger: partitions of %s: %v", Topic(topicID), t.Err)
+	}
+	if int32(len(t.Partitions)) >= partitions {
+		return nil
+	}
+	resps, err := adm.UpdatePartitions(ctx, int(partitions), Topic(topicID))
+	if err != nil {
+		return fmt.Errorf("ledger: adding partitions to %s: %w", Topic(topicID), err)
+	}
+	if r := resps[Topic(topicID)]; r.Err != nil && !errors.Is(r.Err, kerr.InvalidPartitions) {
+		// INVALID_PARTITIONS: another instance grew it a moment ago.
+		return fmt.Errorf("ledger: adding partitions to %s (to %d): %w", Topic(topicID), partitions, r.Err)
+	}
+	l.cl.ForceMetadataRefresh()
 	return nil
 }
 
 // Append writes entries to a partition's ledger, durably (acks=all), in order.
 func (l *Ledger) Append(ctx context.Context, topicID string, partition int32, es []Entry) error {
+	_, err := l.AppendNext(ctx, topicID, partition, es)
+	return err
+}
+
+// AppendNext is Append, and returns the ledger offset after the last entry written: a writer
+// that reads from there later sees exactly what others appended since.
+func (l *Ledger) AppendNext(ctx context.Context, topicID string, partition int32, es []Entry) (int64, error) {
 	rs := make([]*kgo.Record, 0, len(es))
 	for _, e := range es {
 		e.V = VersionOf(e)
 		b, err := json.Marshal(e)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		rs = append(rs, &kgo.Record{Topic: Topic(topicID), Partition: partition, Key: []byte(e.Kind + ":" + strconv.FormatInt(e.Src, 10)),
 			Value: b, Timestamp: time.UnixMilli(max(e.Src, 0))})
 	}
-	if err := l.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		return fmt.Errorf("ledger: appending to %s[%d]: %w", Topic(topicID), partition, err)
+	res := l.cl.ProduceSync(ctx, rs...)
+	err := res.FirstErr()
+	// A partition added to the ledger a moment ago (here or by another instance) is not in
+	// the client's metadata yet: the client does not refresh for that by itself.
+	for wait := 100 * time.Millisecond; err != nil && strings.Contains(err.Error(), "invalid record partitioning choice") && wait < 5*time.Second; wait *= 2 {
+		l.cl.ForceMetadataRefresh()
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("ledger: appending to %s[%d]: %w", Topic(topicID), partition, err)
+		case <-time.After(wait):
+		}
+		res = l.cl.ProduceSync(ctx, rs...)
+		err = res.FirstErr()
 	}
-	return nil
+	if err != nil {
+		return 0, fmt.Errorf("ledger: appending to %s[%d]: %w", Topic(topicID), partition, err)
+	}
+	next := int64(0)
+	for _, r := range res {
+		next = max(next, r.Record.Offset+1)
+	}
+	return next, nil
 }
 
 // Read returns every entry of a partition's ledger, in order.

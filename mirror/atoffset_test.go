@@ -2,8 +2,13 @@ package mirror_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +20,7 @@ import (
 	"offsetgate/batch"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
+	"offsetgate/proxy"
 	"offsetgate/rules"
 	"offsetgate/wire"
 )
@@ -302,5 +308,222 @@ func TestSecondInstanceRefused(t *testing.T) {
 	}
 	if n := count(ctx, t, first.pair.Dest, topic)[0]; n != [2]int64{0, 5} {
 		t.Fatalf("the partition holds %v after the refused write", n)
+	}
+}
+
+// An instance whose lease ran out (paused, or idle) while another took the partition and wrote
+// does not write on what it remembers: it reads what the ledger gained, refuses while the
+// other's lease holds, and once that has run out too, continues exactly from where the other
+// stopped (an exact retry of the other's last batch is acknowledged, the next batch lands
+// after it).
+func TestStaleInstanceRereadsLedger(t *testing.T) {
+	prefix := testkafka.Names(t, "z")
+	lease := func(c *proxy.Config) { c.OwnershipLease = 2 * time.Second }
+	a := newEnv(t, prefix, lease)
+	b := newEnv(t, prefix, lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := prefix + "-t"
+	a.createMirrorTopic(ctx, topic, 1)
+	ts := time.Now().UnixMilli()
+	ha, hb := a.hand(topic), b.hand(topic)
+	if p := ha.send(ctx, 0, srcBatch(0, 5, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("A: %d %s", p.ErrorCode, msg(p))
+	}
+	time.Sleep(2500 * time.Millisecond) // A's lease runs out
+	if p := hb.send(ctx, 0, srcBatch(5, 5, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("B after A's lease ran out: %d %s", p.ErrorCode, msg(p))
+	}
+	// A wakes up with a client that still thinks the mirror ends at 5.
+	p := ha.send(ctx, 0, srcBatch(5, 5, 0, 0, ts))
+	if p.ErrorCode != atoffset.ErrOwned {
+		t.Fatalf("A while B's lease holds: code %d (%s), want POLICY_VIOLATION naming B", p.ErrorCode, msg(p))
+	}
+	if n := count(ctx, t, a.pair.Dest, topic)[0]; n != [2]int64{0, 10} {
+		t.Fatalf("the partition holds %v, want [0 10]", n)
+	}
+	time.Sleep(2500 * time.Millisecond) // B's lease runs out: A may write again, from where B left
+	if p := ha.send(ctx, 0, srcBatch(5, 5, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("A resending B's last batch: code %d (%s), want an exact retry", p.ErrorCode, msg(p))
+	}
+	if p := ha.send(ctx, 0, srcBatch(10, 5, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("A after B: code %d (%s)", p.ErrorCode, msg(p))
+	}
+	if n := count(ctx, t, a.pair.Dest, topic)[0]; n != [2]int64{0, 15} {
+		t.Fatalf("the partition holds %v, want [0 15]", n)
+	}
+}
+
+// A following mirror bootstrapped with three offsetgate instances goes on through another
+// when the one it wrote through stops: it waits for the first one's lease, then the other
+// takes the partitions over from the ledger; nothing is lost or written twice.
+func TestMirrorFailsOverToAnotherInstance(t *testing.T) {
+	prefix := testkafka.Names(t, "fo")
+	lease := func(c *proxy.Config) { c.OwnershipLease = 3 * time.Second }
+	a := newEnv(t, prefix, lease)
+	b := a.another(prefix, lease)
+	c := a.another(prefix, lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := a.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 4, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	spread := kgo.RecordPartitioner(kgo.RoundRobinPartitioner())
+	produceSource(ctx, t, s, topic, 400, spread)
+	same := func() bool {
+		return fmt.Sprint(count(ctx, t, s, topic)) == fmt.Sprint(count(ctx, t, a.pair.Dest, topic))
+	}
+	// The other instances' listeners are unreachable while A runs, so the run surely writes
+	// through A first.
+	_, bPort := splitPort(t, b.addr)
+	_, cPort := splitPort(t, c.addr)
+	var bOpen atomic.Bool
+	var dialedB atomic.Int64
+	cfg := a.mirrorConfig(topic)
+	cfg.Proxy = []string{a.addr, b.addr, c.addr}
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if _, p := splitPort(t, addr); p >= bPort && p < bPort+4 || p >= cPort && p < cPort+4 {
+			if !bOpen.Load() {
+				return nil, errors.New("B and C are not reachable yet")
+			}
+			dialedB.Add(1)
+		}
+		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	}
+	var progress syncBuf
+	cfg.Progress = &progress
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { _, err := mirror.Follow(fctx, cfg); done <- err }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !same() {
+		select {
+		case err := <-done:
+			t.Fatalf("the mirror ended: %v\n%s", err, progress.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror did not catch up through A:\n%s", progress.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	a.stop()
+	bOpen.Store(true)
+	stoppedAt := time.Now()
+	produceSource(ctx, t, s, topic, 400, spread)
+	deadline = time.Now().Add(90 * time.Second)
+	for !same() {
+		select {
+		case err := <-done:
+			t.Fatalf("the mirror ended after A stopped: %v\n%s", err, progress.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror did not go on through B or C: source %v, destination %v\n%s",
+				count(ctx, t, s, topic), count(ctx, t, a.pair.Dest, topic), progress.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("caught up through another instance %v after A stopped", time.Since(stoppedAt).Round(100*time.Millisecond))
+	if dialedB.Load() == 0 {
+		t.Fatal("the mirror never connected to B or C")
+	}
+	for p, se := range count(ctx, t, s, topic) {
+		want := readAll(ctx, t, s, topic, p, int(se[1]-se[0]))
+		got := readAll(ctx, t, a.pair.Dest, topic, p, int(se[1]-se[0]))
+		for i := range want {
+			if want[i] != got[i] {
+				t.Fatalf("%s[%d] record %d: destination %+v, source %+v", topic, p, i, got[i], want[i])
+			}
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("stopping the mirror: %v", err)
+	}
+}
+
+func splitPort(t testing.TB, addr string) (string, int) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, p
+}
+
+// A consumer bootstrapped with two offsetgate instances carries on through the second when the
+// one it read through stops: every record of the mirror topic once, in order, with the
+// source's offsets.
+func TestConsumerSurvivesInstanceLoss(t *testing.T) {
+	prefix := testkafka.Names(t, "cl")
+	a := newEnv(t, prefix, nil)
+	b := a.another(prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := a.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 600, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if _, err := mirror.Once(ctx, a.mirrorConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	_, bPort := splitPort(t, b.addr)
+	var bOpen atomic.Bool
+	cl, err := kgo.NewClient(kgo.SeedBrokers(a.addr, b.addr),
+		kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if _, p := splitPort(t, addr); p >= bPort && p < bPort+4 && !bOpen.Load() {
+				return nil, errors.New("B is not reachable yet")
+			}
+			c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := a.certs.ClientTLS(a.client).Clone()
+			tc.ServerName, _ = splitPort(t, addr)
+			return tls.Client(c, tc), nil
+		}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxPartitionBytes(1024), kgo.RetryTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	next := map[int32]int64{0: 0, 1: 0}
+	total := 0
+	stopped := false
+	var stoppedAt time.Time
+	for total < 600 {
+		fs := cl.PollRecords(ctx, 50)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of 600 records (next offsets %v)", total, next)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset != next[r.Partition] {
+				t.Fatalf("%s[%d]: offset %d after %d: a record skipped or read twice", topic, r.Partition, r.Offset, next[r.Partition]-1)
+			}
+			next[r.Partition]++
+			total++
+		})
+		if !stopped && total >= 100 {
+			stopping := time.Now()
+			a.stop() // the instance this consumer reads through goes away mid-read
+			bOpen.Store(true)
+			stopped, stoppedAt = true, time.Now()
+			t.Logf("A stopped in %v", stoppedAt.Sub(stopping).Round(100*time.Millisecond))
+		}
+	}
+	t.Logf("the rest read through B %v after A stopped", time.Since(stoppedAt).Round(100*time.Millisecond))
+	if !stopped {
+		t.Fatal("A never stopped: the consumer read everything before")
 	}
 }

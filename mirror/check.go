@@ -27,7 +27,7 @@ func Reachable(ctx context.Context, cl *kgo.Client, what string, addrs []string)
 	defer cancel()
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{}
-	if _, err := req.RequestWith(cctx, cl); err != nil {
+	if _, err := anyAddress(cctx, addrs, func() (kmsg.Response, error) { return req.RequestWith(cctx, cl) }); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -55,13 +55,14 @@ func CheckOffsetgate(ctx context.Context, px *kgo.Client, addrs, source []string
 	res := kmsg.NewDescribeConfigsRequestResource()
 	res.ResourceType, res.ResourceName, res.ConfigNames = kmsg.ConfigResourceTypeTopic, catalog.MarksTopic, []string{rules.ProxyKey}
 	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(cctx, px)
+	kr, err := anyAddress(cctx, addrs, func() (kmsg.Response, error) { return req.RequestWith(cctx, px) })
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("offsetgate at %s cannot be reached: %w", strings.Join(addrs, ","), err)
 	}
+	resp := kr.(*kmsg.DescribeConfigsResponse)
 	for _, r := range resp.Resources {
 		for _, c := range r.Configs {
 			if c.Name == rules.ProxyKey && r.ErrorCode == 0 {
@@ -79,4 +80,18 @@ func CheckOffsetgate(ctx context.Context, px *kgo.Client, addrs, source []string
 		}
 	}
 	return fmt.Errorf("--proxy %s does not look like offsetgate: it answers as %s; give offsetgate's listener (offsetgate serve's listen address)", strings.Join(addrs, ","), what)
+}
+
+// anyAddress sends a request that any of several addresses may answer (offsetgate instances,
+// a cluster's brokers): one that cannot be reached is not the answer while another can. The
+// client asks its addresses in turn, so each is tried before the check gives up.
+func anyAddress(ctx context.Context, addrs []string, send func() (kmsg.Response, error)) (kmsg.Response, error) {
+	var err error
+	for attempt := 0; attempt < 2*max(len(addrs), 1); attempt++ {
+		var resp kmsg.Response
+		if resp, err = send(); err == nil || ctx.Err() != nil {
+			return resp, err
+		}
+	}
+	return nil, err
 }

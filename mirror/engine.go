@@ -47,6 +47,7 @@ type engine struct {
 	allDone   chan struct{}
 	rotate    int
 	metaWake  chan struct{}
+	wrote     *sync.Cond // on mu: broadcast when a write ends (release waits for its partitions')
 
 	wg sync.WaitGroup // the fetch loops, the writers and the metadata loop
 }
@@ -94,10 +95,12 @@ func newEngine(cfg Config, src, px *kgo.Client, conns *connPool, tr *tracker) *e
 	budget := int64(cfg.MaxBytes) * int64(cfg.Parallel) * 4
 	budget = max(budget, 16<<20, 2*int64(cfg.MaxBytes))
 	budget = min(budget, max(256<<20, 2*int64(cfg.MaxBytes)))
-	return &engine{cfg: cfg, src: src, px: px, conns: conns, tr: tr, budget: budget,
+	e := &engine{cfg: cfg, src: src, px: px, conns: conns, tr: tr, budget: budget,
 		parts: map[partKey]*part{}, fetchers: map[int32]*fetcher{},
 		readyWake: make(chan struct{}, 1), metaWake: make(chan struct{}, 1), allDone: make(chan struct{}),
 		open: 1}
+	e.wrote = sync.NewCond(&e.mu)
+	return e
 }
 
 // added says that no more partitions will be added (a run without --topic-regex, once its
@@ -138,13 +141,43 @@ func (e *engine) wait(ctx context.Context) {
 // (records lost to retention, a source that went backwards) is stopped with its reason; an
 // error is returned only when the positions could not be read at all.
 func (e *engine) addTopic(ctx context.Context, topic string, pr prepared) error {
-	id, n := pr.id, pr.parts
-	sadm, padm := kadm.NewClient(e.src), kadm.NewClient(e.px)
-	stats := make([]*partStats, n)
-	for p := int32(0); p < n; p++ {
-		stats[p] = e.tr.add(topic, p)
-		stats[p].state.Store("starting: reading the mirrored end and the source's offsets")
+	nums := make([]int32, pr.parts)
+	for p := range nums {
+		nums[p] = int32(p)
 	}
+	return e.addParts(ctx, topic, pr, nums)
+}
+
+// addParts starts mirroring some partitions of topic (the ones a mirror group assigned to
+// this process, or all of them). A partition this run mirrored before and released is taken
+// again from where offsetgate says its mirror ends now.
+func (e *engine) addParts(ctx context.Context, topic string, pr prepared, nums []int32) error {
+	id := pr.id
+	sadm, padm := kadm.NewClient(e.src), kadm.NewClient(e.px)
+	e.mu.Lock()
+	var fresh []int32
+	for _, pn := range nums {
+		if old := e.parts[partKey{topic, pn}]; old == nil || old.finished {
+			fresh = append(fresh, pn) // not an assignment repeated for a partition running here
+		}
+	}
+	nums = fresh
+	if len(nums) == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	stats := make([]*partStats, len(nums))
+	for i, pn := range nums {
+		if old := e.parts[partKey{topic, pn}]; old != nil {
+			stats[i] = old.st // one row per partition, however often it comes back
+			stats[i].offset.Store(-1)
+			stats[i].sourceEnd.Store(-1)
+		} else {
+			stats[i] = e.tr.add(topic, pn)
+		}
+		stats[i].state.Store("starting: reading the mirrored end and the source's offsets")
+	}
+	e.mu.Unlock()
 	var ends, starts, mirrored kadm.ListedOffsets
 	err := retry(ctx, func() error {
 		var err error
@@ -159,7 +192,7 @@ func (e *engine) addTopic(ctx context.Context, topic string, pr prepared) error 
 		}
 		// A topic created a moment ago may not be known everywhere yet: partitions missing
 		// from an answer, or answered with a retriable error, are asked for again.
-		for pn := int32(0); pn < n; pn++ {
+		for _, pn := range nums {
 			for _, l := range []struct {
 				what string
 				lo   kadm.ListedOffsets
@@ -183,11 +216,23 @@ func (e *engine) addTopic(ctx context.Context, topic string, pr prepared) error 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for pn := int32(0); pn < n; pn++ {
-		p := &part{topic: topic, id: id, num: pn, leader: -1, target: -1, max: e.cfg.MaxBytes, st: stats[pn], compacted: pr.compacted}
+	for i, pn := range nums {
+		p := &part{topic: topic, id: id, num: pn, leader: -1, target: -1, max: e.cfg.MaxBytes, st: stats[i], compacted: pr.compacted}
 		p.sum = PartitionSummary{Topic: topic, Partition: pn}
+		if old := e.parts[partKey{topic, pn}]; old != nil {
+			if !old.finished {
+				continue // taken meanwhile by a repeated assignment
+			}
+			p.sum = old.sum // the run's summary counts both spells
+			for j := range e.order {
+				if e.order[j] == old {
+					e.order[j] = p
+				}
+			}
+		} else {
+			e.order = append(e.order, p)
+		}
 		e.parts[partKey{topic, pn}] = p
-		e.order = append(e.order, p)
 		e.open++
 		if err := p.place(ends, starts, mirrored, e.cfg.follow); err != nil {
 			e.stopLocked(p, err)
@@ -282,6 +327,56 @@ func (e *engine) resync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// partitions is how many partitions of topic the run has taken (the highest number plus one).
+func (e *engine) partitions(topic string) int32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := int32(0)
+	for k := range e.parts {
+		if k.topic == topic {
+			n = max(n, k.num+1)
+		}
+	}
+	return n
+}
+
+// release stops mirroring partitions of topic that another process of the mirror group now
+// owns, and returns once none of them is being written: the new owner starts from what
+// offsetgate holds after this process's last write. It returns the partitions it released
+// and where each one's mirror ended.
+func (e *engine) release(topic string, nums []int32, why string) map[int32]int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[int32]int64{}
+	var mine []*part
+	for _, pn := range nums {
+		p := e.parts[partKey{topic, pn}]
+		if p == nil || p.finished {
+			continue
+		}
+		mine = append(mine, p)
+		p.finished = true
+		p.st.state.Store("released: " + why)
+		p.st.offset.Store(-1) // no lag is shown for a partition mirrored elsewhere
+		p.st.sourceEnd.Store(-1)
+		e.closeLocked(p)
+	}
+	for {
+		writing := false
+		for _, p := range mine {
+			writing = writing || p.writing
+		}
+		if !writing {
+			break
+		}
+		e.wrote.Wait()
+	}
+	for _, p := range mine {
+		out[p.num] = p.sum.To
+	}
+	return out
 }
 
 // kick wakes a loop without blocking (a wake already pending is enough).
@@ -759,6 +854,9 @@ func (f *fetcher) checkRange(ctx context.Context, p *part) {
 	err := rawread.New(e.src, topic, num).OutOfRange(ctx, next)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if p.finished {
+		return // released or stopped meanwhile
+	}
 	if err != nil {
 		e.stopLocked(p, err)
 		return
@@ -776,6 +874,7 @@ func (e *engine) writer(ctx context.Context) {
 		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from)
 		e.mu.Lock()
 		p.writing = false
+		e.wrote.Broadcast()
 		if e.buffered >= e.budget && e.buffered-int64(len(c.data)) < e.budget {
 			for _, f := range e.fetchers {
 				e.kick(f.wake) // under budget again: every fetch loop may read

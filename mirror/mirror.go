@@ -71,6 +71,13 @@ type Config struct {
 	// Progress (a terminal); otherwise a following run writes a line per partition every
 	// ProgressEvery.
 	Live bool
+	// MirrorGroup, when set, makes this following run one of the processes of a mirror group:
+	// runs with the same MirrorGroup (and the same source) share the partitions of their
+	// topics, assigned and moved by Kafka's consumer-group protocol on the source cluster.
+	MirrorGroup string
+	// GroupSessionTimeout is how long the group waits for a silent member before its
+	// partitions move (DefaultGroupSessionTimeout when zero).
+	GroupSessionTimeout time.Duration
 	// Metrics, when set, receives the run's per-partition gauges (mirrored end, source end,
 	// lag, records, bytes, stopped).
 	Metrics prometheus.Registerer
@@ -129,6 +136,9 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	if cfg.ReplicationFactor == 0 {
 		cfg.ReplicationFactor = -1
+	}
+	if cfg.MirrorGroup != "" && !cfg.follow {
+		return Summary{}, &InputError{errors.New("a mirror group shares partitions between following runs: it cannot be used with --once")}
 	}
 	src, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Source...), kgo.ClientID("offsetgate-mirror")}, cfg.SourceOpts...)...)
 	if err != nil {
@@ -206,24 +216,67 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	eng := newEngine(cfg, src, px, conns, tr)
 	eng.start(ectx)
 	defer func() { ecancel(); eng.wg.Wait() }()
-	for _, j := range jobs {
-		if err := eng.addTopic(ectx, j.topic, j.prepared); err != nil {
-			return Summary{Partitions: eng.summary(), Elapsed: time.Since(start)}, err
+	// mirrored is the topics being mirrored; with --topic-regex a following run adds to it
+	// (on its group loop, or the mirror group's worker).
+	var mirroredMu sync.Mutex
+	mirrored := append([]string(nil), cfg.Topics...)
+	mirroredNow := func() []string {
+		mirroredMu.Lock()
+		defer mirroredMu.Unlock()
+		return append([]string(nil), mirrored...)
+	}
+	if cfg.MirrorGroup != "" {
+		// The group assigns the partitions; its member ends before the engine (deferred
+		// after it), so the partitions it held are released with their writes complete.
+		preparedTopics := map[string]prepared{}
+		for _, j := range jobs {
+			preparedTopics[j.topic] = j.prepared
+		}
+		prepare := func(pctx context.Context, topic string, need int32) (prepared, error) {
+			pr, ok := preparedTopics[topic]
+			if ok && pr.parts >= need {
+				return pr, nil
+			}
+			_, known := preparedTopics[topic] // partitions were added to it on the source
+			if err := retry(pctx, func() error {
+				var err error
+				pr, err = prepareTopic(pctx, sadm, padm, topic, cfg.ReplicationFactor)
+				return err
+			}); err != nil {
+				return pr, err
+			}
+			preparedTopics[topic] = pr
+			if !known {
+				mirroredMu.Lock()
+				mirrored = append(mirrored, topic)
+				mirroredMu.Unlock()
+			}
+			return pr, nil
+		}
+		member, err := joinGroup(ectx, cfg, eng, cfg.Topics, prepare)
+		if err != nil {
+			return Summary{Elapsed: time.Since(start)}, err
+		}
+		defer member.close()
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "joined mirror group %s: waiting for the partitions it assigns to this process\n", cfg.MirrorGroup)
+		}
+	} else {
+		for _, j := range jobs {
+			if err := eng.addTopic(ectx, j.topic, j.prepared); err != nil {
+				return Summary{Partitions: eng.summary(), Elapsed: time.Since(start)}, err
+			}
+		}
+		if !cfg.follow || cfg.TopicRegex == nil {
+			eng.added() // otherwise the run stays ready for new topics until ctx ends
 		}
 	}
-	if !cfg.follow || cfg.TopicRegex == nil {
-		eng.added() // otherwise the run stays ready for new topics until ctx ends
-	}
-
-	// mirrored is the topics being mirrored; with --topic-regex a following run adds to it
-	// (on its group loop, which alone reads it while partitions run).
-	mirrored := cfg.Topics
 	lastSkip := map[string]string{} // print a group's skip reason once, not every pass
 	copyGroups := func(cctx context.Context) error {
 		if cfg.Groups == nil {
 			return nil
 		}
-		res, err := CopyGroups(cctx, src, px, cfg.Groups, mirrored)
+		res, err := CopyGroups(cctx, src, px, cfg.Groups, mirroredNow())
 		if cfg.Progress != nil {
 			for _, g := range res {
 				switch {
@@ -250,7 +303,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			return // no match yet, or the source is away for a moment: the next pass sees
 		}
 		known := map[string]bool{}
-		for _, t := range mirrored {
+		for _, t := range mirroredNow() {
 			known[t] = true
 		}
 		for _, topic := range found {
@@ -269,9 +322,50 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 				continue
 			}
 			delete(refusedNew, topic)
+			mirroredMu.Lock()
 			mirrored = append(mirrored, topic)
+			mirroredMu.Unlock()
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "%s: new source topic, %d partitions: mirroring\n", topic, pr.parts)
+			}
+		}
+	}
+
+	// grow starts the partitions added to mirrored source topics since the run took them (a
+	// mirror group's client sees them itself): the mirror topic gets them too.
+	grow := func(gctx context.Context) {
+		topics := mirroredNow()
+		if len(topics) == 0 {
+			return
+		}
+		md, err := sadm.Metadata(gctx, topics...)
+		if err != nil {
+			return // the next pass sees
+		}
+		for _, topic := range topics {
+			st, ok := md.Topics[topic]
+			if !ok || st.Err != nil {
+				continue
+			}
+			have := eng.partitions(topic)
+			n := int32(len(st.Partitions))
+			if have == 0 || n <= have {
+				continue
+			}
+			pr, err := prepareTopic(gctx, sadm, padm, topic, cfg.ReplicationFactor)
+			if err == nil {
+				var nums []int32
+				for p := have; p < pr.parts; p++ {
+					nums = append(nums, p)
+				}
+				err = eng.addParts(gctx, topic, pr, nums)
+			}
+			if cfg.Progress != nil && gctx.Err() == nil {
+				if err != nil {
+					fmt.Fprintf(cfg.Progress, "%s: partitions added on the source (%d, was %d), not mirrored yet: %v\n", topic, n, have, err)
+				} else {
+					fmt.Fprintf(cfg.Progress, "%s: partitions added on the source (%d, was %d): added to the mirror topic, mirroring\n", topic, n, have)
+				}
 			}
 		}
 	}
@@ -307,14 +401,17 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 							fmt.Fprintf(cfg.Progress, "sending compacted partitions again: %v\n", err)
 						}
 					}
-					if cfg.TopicRegex != nil {
-						discover(gctx)
+					if cfg.MirrorGroup == "" { // a mirror group's client finds new topics and partitions itself
+						if cfg.TopicRegex != nil {
+							discover(gctx)
+						}
+						grow(gctx)
 					}
 					if err := copyGroups(gctx); err != nil && gctx.Err() == nil && cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
 					}
 					// The source's retention moves its log start: the mirror's follows.
-					moved, err := FollowLogStart(gctx, src, px, mirrored)
+					moved, err := FollowLogStart(gctx, src, px, mirroredNow())
 					if cfg.Progress != nil && gctx.Err() == nil {
 						if err != nil {
 							fmt.Fprintf(cfg.Progress, "following the source's log start: %v\n", err)
@@ -473,10 +570,20 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		return prepared{}, fmt.Errorf("offsetgate metadata: %w", err)
 	}
 	if dt, ok := pmd.Topics[topic]; ok && dt.Err == nil {
-		if int32(len(dt.Partitions)) != n {
-			return prepared{}, refuse("topic %s has %d partitions on the destination and %d on the source", topic, len(dt.Partitions), n)
+		have := int32(len(dt.Partitions))
+		if have > n {
+			return prepared{}, refuse("topic %s has %d partitions on the destination and %d on the source", topic, have, n)
 		}
-		return pr, checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:]))
+		if err := checkMark(ctx, padm, topic, hex.EncodeToString(st.ID[:])); err != nil {
+			return prepared{}, err
+		}
+		if have < n {
+			// Partitions were added to the source topic: the mirror gets them too.
+			if err := addPartitions(ctx, padm, topic, n); err != nil {
+				return prepared{}, err
+			}
+		}
+		return pr, nil
 	}
 	cfg := map[string]*string{rules.MarkKey: kmsg.StringPtr("true"), rules.SourcePrefix + "topic.id": kmsg.StringPtr(hex.EncodeToString(st.ID[:]))}
 	for k, v := range source {
@@ -493,6 +600,25 @@ func prepareTopic(ctx context.Context, sadm, padm *kadm.Client, topic string, rf
 		return prepared{}, fmt.Errorf("creating mirror topic %s: %w (%s)", topic, r.Err, r.ErrMessage)
 	}
 	return pr, nil
+}
+
+// addPartitions gives a mirror topic the source's partition count (offsetgate lets only the
+// topic's approved mirroring client add them).
+func addPartitions(ctx context.Context, padm *kadm.Client, topic string, n int32) error {
+	resps, err := padm.UpdatePartitions(ctx, int(n), topic)
+	if err != nil {
+		return fmt.Errorf("adding partitions to mirror topic %s: %w", topic, err)
+	}
+	r, ok := resps[topic]
+	if !ok {
+		return fmt.Errorf("adding partitions to mirror topic %s: no answer for the topic", topic)
+	}
+	if r.Err != nil && !errors.Is(r.Err, kerr.InvalidPartitions) {
+		return fmt.Errorf("adding partitions to mirror topic %s (to %d, as on the source): %w (%s)", topic, n, r.Err, r.ErrMessage)
+	}
+	// INVALID_PARTITIONS: another process of the mirror added them a moment ago (the count is
+	// already n); the next metadata read says so, and a real mismatch is refused there.
+	return nil
 }
 
 func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) error {
@@ -559,18 +685,21 @@ func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, of
 // source offset the batches were fetched from (the header's from offset; -1: none).
 func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64) error {
 	var last error
+	var ownedSince time.Time
+	waited := false // the last attempt already waited (for another instance's lease)
 	for attempt := 0; attempt < 20; attempt++ {
-		if attempt > 0 {
+		if attempt > 0 && !waited {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(time.Duration(min(attempt, 10)) * 100 * time.Millisecond):
 			}
 		}
+		waited = false
 		// A lookup through an offsetgate that went away would be retried by the client for
 		// minutes: each attempt here has a time of its own.
 		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
-		addr, err := leaderAddr(lctx, px, topic, part)
+		addr, err := conns.leader(lctx, px, topic, part, last != nil)
 		lcancel()
 		if err != nil {
 			last = err
@@ -616,12 +745,41 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			msg = *pr.ErrorMessage
 		}
 		err = fmt.Errorf("%w: %s", kerr.ErrorForCode(pr.ErrorCode), msg)
+		if owned(pr.ErrorCode, msg) {
+			// Another offsetgate instance holds the partition (this run moved to another
+			// instance after the one it wrote through went away): its lease runs out, then
+			// this instance takes over from what the ledger says. Waiting does not use up
+			// the attempts.
+			if ownedSince.IsZero() {
+				ownedSince = time.Now()
+			}
+			if time.Since(ownedSince) < ownedWait {
+				attempt--
+				last, waited = err, true
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			return fmt.Errorf("%w (waited %v)", err, ownedWait)
+		}
 		if !kerr.IsRetriable(kerr.ErrorForCode(pr.ErrorCode)) || pr.ErrorCode == rules.ErrHalted {
 			return err
 		}
 		last = err
 	}
 	return last
+}
+
+// ownedWait is how long a write waits for another offsetgate instance's lease on its
+// partition to run out (offsetgate's ownership_lease is 30 s by default).
+const ownedWait = 3 * time.Minute
+
+// owned reports an answer saying another offsetgate instance owns the partition.
+func owned(code int16, msg string) bool {
+	return code == rules.ErrOwned && strings.Contains(msg, "owned by offsetgate instance")
 }
 
 func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (string, error) {
@@ -640,13 +798,37 @@ func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (
 // own for each round trip and gives it back after: there are at most as many connections per
 // broker as writers (Parallel), whatever the number of partitions.
 type connPool struct {
-	cfg    Config
-	mu     sync.Mutex
-	idle   map[string][]*wire.Conn
-	closed bool
+	cfg     Config
+	mu      sync.Mutex
+	idle    map[string][]*wire.Conn
+	leaders map[partKey]string // offsetgate broker address leading a partition, as last looked up
+	closed  bool
 }
 
-func newConnPool(cfg Config) *connPool { return &connPool{cfg: cfg, idle: map[string][]*wire.Conn{}} }
+func newConnPool(cfg Config) *connPool {
+	return &connPool{cfg: cfg, idle: map[string][]*wire.Conn{}, leaders: map[partKey]string{}}
+}
+
+// leader is the offsetgate broker address leading a partition: the one looked up last, or
+// looked up now (uncached) when there is none or fresh is set (the last attempt failed). A
+// lookup per write would add a round trip through offsetgate to every write.
+func (p *connPool) leader(ctx context.Context, px *kgo.Client, topic string, part int32, fresh bool) (string, error) {
+	k := partKey{topic, part}
+	p.mu.Lock()
+	addr, ok := p.leaders[k]
+	p.mu.Unlock()
+	if ok && !fresh {
+		return addr, nil
+	}
+	addr, err := leaderAddr(ctx, px, topic, part)
+	if err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	p.leaders[k] = addr
+	p.mu.Unlock()
+	return addr, nil
+}
 
 // get takes an idle connection to addr or dials one.
 func (p *connPool) get(ctx context.Context, addr string) (*wire.Conn, error) {

@@ -41,7 +41,6 @@ func newEnvB(b *testing.B, prefix string) *env { return newEnv(b, prefix, nil) }
 
 func newEnv(t testing.TB, prefix string, mutate func(*proxy.Config)) *env {
 	t.Helper()
-	pair := testkafka.Shared(t)
 	set, err := testcerts.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +49,19 @@ func newEnv(t testing.TB, prefix string, mutate func(*proxy.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startEnv(t, prefix, set, kp, mutate)
+}
+
+// another is a second offsetgate instance in front of the same destination, with the same
+// certificates and approvals (its own listen address, so its own instance id).
+func (e *env) another(prefix string, mutate func(*proxy.Config)) *env {
+	e.t.Helper()
+	return startEnv(e.t, prefix, e.certs, e.client, mutate)
+}
+
+func startEnv(t testing.TB, prefix string, set *testcerts.Set, kp *testcerts.KeyPair, mutate func(*proxy.Config)) *env {
+	t.Helper()
+	pair := testkafka.Shared(t)
 	base := freeBase(t)
 	cfg := proxy.Config{
 		Listen:    "127.0.0.1:" + strconv.Itoa(base),

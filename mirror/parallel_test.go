@@ -134,3 +134,91 @@ func TestStatusUnknownEnds(t *testing.T) {
 		t.Fatalf("partition 1 (no source partition): lag %v, reason %q", p1.Lag, p1.LagUnknown)
 	}
 }
+
+// Partitions added to a source topic while a run follows it are added to the mirror topic
+// and mirrored; a run started after the source grew adds them too.
+func TestFollowPartitionsAdded(t *testing.T) {
+	prefix := testkafka.Names(t, "grow")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	spread := kgo.RecordPartitioner(kgo.RoundRobinPartitioner())
+	produceSource(ctx, t, s, topic, 100, spread)
+	same := func() bool {
+		return fmt.Sprint(count(ctx, t, s, topic)) == fmt.Sprint(count(ctx, t, e.pair.Dest, topic))
+	}
+	caughtUp := func(what string, progress *syncBuf) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !same() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: source %v, destination %v\nprogress:\n%s", what,
+					count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic), progress.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	adm, err := s.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+
+	fctx, stop := context.WithCancel(ctx)
+	var progress syncBuf
+	cfg := e.mirrorConfig(topic)
+	cfg.Progress, cfg.GroupInterval = &progress, 500*time.Millisecond
+	done := make(chan error, 1)
+	go func() { _, err := mirror.Follow(fctx, cfg); done <- err }()
+	caughtUp("before the source grew", &progress)
+	if _, err := adm.UpdatePartitions(ctx, 5, topic); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, func() bool { return len(count(ctx, t, e.pair.Dest, topic)) == 5 })
+	produceSource(ctx, t, s, topic, 100, spread)
+	caughtUp("partitions added while following", &progress)
+	// Consumers read the new partitions through offsetgate (their source views are loaded
+	// when they are first met), with the source's offsets.
+	for p := int32(2); p < 5; p++ {
+		want := readAll(ctx, t, s, topic, p, 20)
+		cl := e.proxyClient(t)
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}})
+		var got []int64
+		for len(got) < len(want) {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("%s[%d] through offsetgate: read %d of %d records", topic, p, len(got), len(want))
+			}
+			fs.EachRecord(func(r *kgo.Record) { got = append(got, r.Offset) })
+		}
+		for i := range want {
+			if got[i] != want[i].Offset {
+				t.Fatalf("%s[%d] through offsetgate: record %d at offset %d, the source's at %d", topic, p, i, got[i], want[i].Offset)
+			}
+		}
+	}
+	if !strings.Contains(progress.String(), "partitions added on the source (5, was 2)") {
+		t.Fatalf("the run did not say it added partitions:\n%s", progress.String())
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Grown while no run followed: the next run adds the partitions before it mirrors.
+	if _, err := adm.UpdatePartitions(ctx, 6, topic); err != nil {
+		t.Fatal(err)
+	}
+	produceSource(ctx, t, s, topic, 60, spread)
+	if _, err := mirror.Once(ctx, e.mirrorConfig(topic)); err != nil {
+		t.Fatalf("a run after the source grew: %v", err)
+	}
+	if !same() {
+		t.Fatalf("after a --once run: source %v, destination %v", count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic))
+	}
+}

@@ -372,6 +372,10 @@ func TestMirrorTopicRefusals(t *testing.T) {
 	if n := hwm(ctx, t, e.d, topic, 0); n != 0 {
 		t.Fatalf("mirror partition end offset %d after refusals", n)
 	}
+	// The approved mirroring client adds partitions (the source grew); nobody else did above.
+	if cp, err := e.admin(e.mirror).CreatePartitions(ctx, 1, topic); err != nil || cp[topic].Err != nil {
+		t.Fatalf("CreatePartitions on a mirror topic by its mirroring client: %v %v", err, cp[topic].Err)
+	}
 }
 
 // rawProduce sends one Produce v11 request with one record per partition, with the magic

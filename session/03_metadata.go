@@ -11,8 +11,8 @@ package session
 // and in ListOffsets form one space that only rises. The source views of the mirror topics a
 // request concerns are loaded before it is forwarded (offsetgate starts loading every mirror
 // topic's in the background when it starts). A partition whose view is still missing when the
-// answer comes (a topic created in between) is answered LEADER_NOT_AVAILABLE, which clients
-// retry.
+// answer comes (a topic created in between, or a partition added to it since) is answered
+// LEADER_NOT_AVAILABLE, which clients retry, and loaded in the background.
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -97,7 +97,12 @@ func rewriteMetadata(s *Session, version int16, body []byte) ([]byte, bool, erro
 				}
 				pv := s.partView(*info, p.Partition)
 				if pv == nil {
-					p.ErrorCode = rules.ErrLeaderNotAvailable // retried, and the view is loaded by then
+					// Retried, and the view is loaded by then (a partition added to the topic
+					// after its view was loaded whole is loaded now, in the background).
+					p.ErrorCode = rules.ErrLeaderNotAvailable
+					if s.cfg.View != nil {
+						s.cfg.View.LoadLater(*info, p.Partition)
+					}
 					continue
 				}
 				if p.LeaderEpoch >= 0 {

@@ -2,9 +2,9 @@ package session
 
 // CreatePartitions (key 37).
 //
-// A mirror topic keeps the source's partition count, so adding partitions to one is refused
-// with POLICY_VIOLATION (the mirror adds them when the source does, in a later version);
-// offsetgate's own topics are not changed by clients.
+// A mirror topic keeps the source's partition count: only an approved mirroring client of the
+// topic adds partitions to it (when the source's count grew); anyone else gets
+// POLICY_VIOLATION. offsetgate's own topics are not changed by clients.
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -32,8 +32,8 @@ func createPartitionsDecide(s *Session, r *request) error {
 		switch {
 		case rules.IsOwnTopic(t.Topic):
 			refused = append(refused, topicRefusal{t.Topic, rules.ErrTopicAuthorization, "offsetgate: " + t.Topic + " is offsetgate's own topic"})
-		case s.mark(t.Topic) != nil:
-			refused = append(refused, topicRefusal{t.Topic, rules.ErrPolicyViolation, "offsetgate: " + t.Topic + " is a mirror topic; its partition count follows the source"})
+		case s.mark(t.Topic) != nil && !s.approvedFor(t.Topic):
+			refused = append(refused, topicRefusal{t.Topic, rules.ErrPolicyViolation, "offsetgate: " + t.Topic + " is a mirror topic; its partition count follows the source (only its mirroring client adds partitions)"})
 		default:
 			keep = append(keep, t)
 		}
@@ -58,4 +58,11 @@ func createPartitionsDecide(s *Session, r *request) error {
 	}
 	forwardSpliced(s, r, req.AppendTo(nil), splice)
 	return nil
+}
+
+// approvedFor reports whether this connection's identity is an approved mirroring client of
+// topic.
+func (s *Session) approvedFor(topic string) bool {
+	_, ok := s.cfg.Policy().Approved(s.ident, topic)
+	return ok
 }

@@ -62,7 +62,7 @@ var apiRules = map[kmsg.Key]apiRule{
 	kmsg.AlterReplicaLogDirs:          {passed, "AlterReplicaLogDirs: moves replica data between disks; records and offsets are kept"},
 	kmsg.DescribeLogDirs:              {passed, "DescribeLogDirs: read only"},
 	kmsg.SASLAuthenticate:             {judged, "SaslAuthenticate: the identity offsetgate approves by"},
-	kmsg.CreatePartitions:             {judged, "CreatePartitions: refused for mirror and own topics"},
+	kmsg.CreatePartitions:             {judged, "CreatePartitions: refused for own topics, and for mirror topics but from their approved mirroring client"},
 	kmsg.CreateDelegationToken:        {passed, "CreateDelegationToken: the destination's authentication"},
 	kmsg.RenewDelegationToken:         {passed, "RenewDelegationToken: the destination's authentication"},
 	kmsg.ExpireDelegationToken:        {passed, "ExpireDelegationToken: the destination's authentication"},

@@ -49,6 +49,7 @@ func (v fixedView) Load(context.Context, catalog.Topic, int32) (*view.Partition,
 	return v.pv, nil
 }
 func (fixedView) LoadTopic(context.Context, catalog.Topic) error    { return nil }
+func (fixedView) LoadLater(catalog.Topic, int32)                    {}
 func (fixedView) LoadTopics(context.Context, []catalog.Topic) error { return nil }
 func (fixedView) TopicLoaded(catalog.TopicID) bool                  { return true }
 

@@ -118,6 +118,8 @@ type View interface {
 	LoadTopic(ctx context.Context, t catalog.Topic) error
 	LoadTopics(ctx context.Context, ts []catalog.Topic) error
 	TopicLoaded(id catalog.TopicID) bool
+	// LoadLater loads a partition in the background (one added to a topic loaded whole).
+	LoadLater(t catalog.Topic, partition int32)
 }
 
 // Mirror is the produce-at-offset write path (package atoffset). Write blocks: the session

@@ -450,6 +450,7 @@ type View struct {
 	mu     sync.Mutex
 	parts  map[key]*Partition
 	topics map[catalog.TopicID]bool // topics loaded whole
+	later  map[key]bool             // partitions being loaded in the background (LoadLater)
 
 	ctx context.Context // ends background loads
 	wg  sync.WaitGroup
@@ -459,7 +460,7 @@ type View struct {
 // when ctx ends (Wait waits for them).
 func New(ctx context.Context, l *ledger.Ledger, cl *kgo.Client, log *zap.Logger) *View {
 	return &View{ledger: l, cl: cl, log: log, parts: map[key]*Partition{}, topics: map[catalog.TopicID]bool{},
-		ctx: ctx}
+		later: map[key]bool{}, ctx: ctx}
 }
 
 // Prefetch loads mirror topics' views in the background, one topic after the other, so that
@@ -518,6 +519,33 @@ func (v *View) LoadTopics(ctx context.Context, ts []catalog.Topic) error {
 	}
 	wg.Wait()
 	return failed
+}
+
+// LoadLater loads a partition in the background, once at a time: a partition added to a
+// mirror topic after its view was loaded whole (the source grew), met in an answer that cannot
+// wait for it. The client is told to retry, and finds it loaded.
+func (v *View) LoadLater(t catalog.Topic, partition int32) {
+	k := key{t.ID, partition}
+	v.mu.Lock()
+	if v.later[k] || v.ctx.Err() != nil {
+		v.mu.Unlock()
+		return
+	}
+	v.later[k] = true
+	v.wg.Add(1)
+	v.mu.Unlock()
+	go func() {
+		defer v.wg.Done()
+		defer func() {
+			v.mu.Lock()
+			delete(v.later, k)
+			v.mu.Unlock()
+		}()
+		if _, err := v.Load(v.ctx, t, partition); err != nil && v.ctx.Err() == nil {
+			v.log.Warn("source view: loading a partition added to the topic", zap.String("topic", t.Name),
+				zap.Int32("partition", partition), zap.Error(err))
+		}
+	}()
 }
 
 // Wait waits for the background loads (after their context ended).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -16,7 +17,16 @@ import (
 	ogtls "offsetgate/tls"
 )
 
-func TestMain(m *testing.M) { testkafka.Main(m) }
+// asCLI set in its environment makes the test binary run as the offsetgate command (a test
+// that kills a process starts it so, with its arguments).
+const asCLI = "OFFSETGATE_TEST_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) == "1" {
+		main()
+	}
+	testkafka.Main(m)
+}
 
 // ogEnv is offsetgate (a TLS listener asking for client certificates) in front of the shared
 // destination, with a mirroring identity approved for the test's topics, and the CLI flags

@@ -48,12 +48,15 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	groups := fs.String("groups", "", "copy the committed offsets of source consumer groups matching this regular expression")
 	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied, the source's log start is followed and --topic-regex is looked at again, while following")
 	resync := fs.Duration("resync", 5*time.Minute, "how often a following run sends compacted topics again from the source's log start, so offsetgate records what the source's cleaner removed since (at most 30m: the destination compacts an hour after the source must have)")
+	mirrorGroup := fs.String("mirror-group", "", "share the partitions with the other following runs started with this name: Kafka's consumer-group protocol on the source assigns them and moves a stopped process's partitions to the others")
+	groupSession := fs.Duration("mirror-group-session", mirror.DefaultGroupSessionTimeout, "how long the mirror group waits for a silent process before its partitions move to the others (the brokers allow 6s to 30m by default)")
 	rf := fs.Int("replication-factor", -1, "replication factor of mirror topics this run creates (-1: the destination's default)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate mirror --source HOST:PORT --proxy HOST:PORT (--topics T[,T...] | --topic-regex R) [--groups REGEX] [--once] [identity flags]")
 		fmt.Fprintln(stderr, "Exit codes: 0 mirrored, 1 a partition stopped (see the message), 2 bad usage or input (nothing written), 3 internal error.")
 		fmt.Fprintln(stderr, "Every partition of every topic named or matched is mirrored, whatever --parallel says: one fetch per source")
 		fmt.Fprintln(stderr, "broker reads all the partitions it leads, and --parallel writers send what was read through offsetgate.")
+		fmt.Fprintln(stderr, "To scale out, start several following runs with the same --mirror-group: they share the partitions.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
@@ -75,9 +78,18 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "offsetgate mirror: --source, --proxy and --topics or --topic-regex are required")
 		return exitUsage
 	}
+	if *mirrorGroup != "" && *once {
+		fmt.Fprintln(stderr, "offsetgate mirror: --mirror-group shares partitions between following runs: it cannot be used with --once")
+		return exitUsage
+	}
+	if *groupSession < time.Second {
+		fmt.Fprintln(stderr, "offsetgate mirror: --mirror-group-session must be at least 1s")
+		return exitUsage
+	}
 	cfg := mirror.Config{Source: cf.sourceAddrs(), Proxy: cf.proxyAddrs(),
 		MaxBytes: int32(*maxBytes), Parallel: *parallel, Resync: *resync,
-		ReplicationFactor: int16(*rf), Progress: stdout}
+		ReplicationFactor: int16(*rf), Progress: stdout,
+		MirrorGroup: *mirrorGroup, GroupSessionTimeout: *groupSession}
 	if *topics != "" {
 		cfg.Topics = strings.Split(*topics, ",")
 	}
