@@ -452,7 +452,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 var ErrSourceBackwards = rawread.ErrWentBackwards
 
 // InputError is a run refused before anything was written: an unreachable cluster, a missing
-// topic, a destination topic that is not a mirror topic or has another partition count, a
+// topic, a destination topic that is not a mirror topic or has more partitions than the source, a
 // source recreated since the mirror began.
 type InputError struct{ Err error }
 

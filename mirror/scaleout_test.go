@@ -115,12 +115,15 @@ func TestMirrorGroupShares(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	waitFor("the three members share the partitions", 90*time.Second, func() bool { return settled(members) })
-	for i, m := range members {
-		if n := len(owned(m)); n == 0 || n == parts {
-			t.Fatalf("member %d owns %d of %d partitions: the group did not share them\n%s", i, n, parts, m.progress.String())
+	// Settled with every member holding some: a member that joins late gets its share then.
+	waitFor("the three members share the partitions", 90*time.Second, func() bool {
+		for _, m := range members {
+			if len(owned(m)) == 0 {
+				return false
+			}
 		}
-	}
+		return settled(members)
+	})
 	deadline := time.Now().Add(90 * time.Second)
 	for !same() {
 		if time.Now().After(deadline) {

@@ -36,7 +36,7 @@ func TestMirrorService(t *testing.T) {
 	}
 
 	// Bad input: a missing source topic, a destination topic that is not a mirror topic, a
-	// partition count that differs. Refused before anything is written.
+	// mirror topic with more partitions than the source's. Refused before anything is written.
 	plain := prefix + "-plain"
 	if err := s.CreateTopic(ctx, plain, 2, 2, nil); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestMirrorService(t *testing.T) {
 	if err := s.CreateTopic(ctx, counted, 2, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.createMirrorTopic(ctx, counted, 1)
+	e.createMirrorTopic(ctx, counted, 3) // more than the source's (fewer would be grown to match)
 	for name, topic := range map[string]string{"missing": prefix + "-missing", "not a mirror topic": plain, "partition count": counted} {
 		_, err := mirror.Once(ctx, e.mirrorConfig(topic))
 		var ie *mirror.InputError

@@ -149,12 +149,15 @@ func TestMirrorGroupSurvivesKill(t *testing.T) {
 	}
 	caughtUp := func() bool { return ends(e.pair.Source) == ends(e.pair.Dest) }
 
-	wait("the three processes share the partitions", 2*time.Minute, func() bool { return settled(procs) })
-	for i, p := range procs {
-		if n := len(owned(p)); n == 0 || n == parts {
-			t.Fatalf("mirror %d owns %d of %d partitions", i, n, parts)
+	// Settled with every process holding some: one that joins late gets its share then.
+	wait("the three processes share the partitions", 2*time.Minute, func() bool {
+		for _, p := range procs {
+			if len(owned(p)) == 0 {
+				return false
+			}
 		}
-	}
+		return settled(procs)
+	})
 	wait("the group mirrors everything", 90*time.Second, caughtUp)
 
 	victim := procs[0]
