@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -393,7 +394,7 @@ func TestMirrorFailsOverToAnotherInstance(t *testing.T) {
 		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
 	}
 	var progress syncBuf
-	cfg.Progress = &progress
+	cfg.Progress, cfg.ProgressEvery = &progress, 300*time.Millisecond
 	fctx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
@@ -431,6 +432,10 @@ func TestMirrorFailsOverToAnotherInstance(t *testing.T) {
 	t.Logf("caught up through another instance %v after A stopped", time.Since(stoppedAt).Round(100*time.Millisecond))
 	if dialedB.Load() == 0 {
 		t.Fatal("the mirror never connected to B or C")
+	}
+	// While it waited, its progress said for what.
+	if out := progress.String(); !strings.Contains(out, "waiting for the partition's lease: partition owned by offsetgate instance") {
+		t.Fatalf("the progress never said the mirror waited for A's lease:\n%s", out)
 	}
 	for p, se := range count(ctx, t, s, topic) {
 		want := readAll(ctx, t, s, topic, p, int(se[1]-se[0]))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -871,7 +872,14 @@ func (e *engine) writer(ctx context.Context) {
 		if p == nil {
 			return
 		}
-		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from)
+		waited := false
+		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from, func(why string) {
+			waited = true
+			p.st.state.Store(why)
+		})
+		if s, _ := p.st.state.Load().(string); waited && err == nil && strings.HasPrefix(s, "waiting for the partition's lease") {
+			p.st.state.Store("mirroring")
+		}
 		e.mu.Lock()
 		p.writing = false
 		e.wrote.Broadcast()

@@ -683,7 +683,10 @@ func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, of
 // produceAtOffset sends one partition's batches with the magic header to the partition's
 // leader through offsetgate, retrying retriable answers with the same batches. from is the
 // source offset the batches were fetched from (the header's from offset; -1: none).
-func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64) error {
+//
+// waiting, when set, hears why the write waits (another offsetgate instance's lease), so the
+// partition's state says so while it does.
+func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64, waiting func(why string)) error {
 	var last error
 	var ownedSince time.Time
 	waited := false // the last attempt already waited (for another instance's lease)
@@ -752,6 +755,9 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			// the attempts.
 			if ownedSince.IsZero() {
 				ownedSince = time.Now()
+				if waiting != nil {
+					waiting("waiting for the partition's lease: " + strings.TrimPrefix(msg, "offsetgate: "))
+				}
 			}
 			if time.Since(ownedSince) < ownedWait {
 				attempt--
