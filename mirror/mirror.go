@@ -233,11 +233,11 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			preparedTopics[j.topic] = j.prepared
 		}
 		prepare := func(pctx context.Context, topic string, need int32) (prepared, error) {
-			pr, ok := preparedTopics[topic]
-			if ok && pr.parts >= need {
+			pr, known := preparedTopics[topic]
+			if known && pr.parts >= need {
 				return pr, nil
 			}
-			_, known := preparedTopics[topic] // partitions were added to it on the source
+			// Unknown (matched by --topic-regex), or partitions were added to it on the source.
 			if err := retry(pctx, func() error {
 				var err error
 				pr, err = prepareTopic(pctx, sadm, padm, topic, cfg.ReplicationFactor)
