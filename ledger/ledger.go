@@ -191,7 +191,10 @@ func (l *Ledger) Ensure(ctx context.Context, topicID string, partitions int32) e
 		return fmt.Errorf("ledger: partitions of %s: %w", Topic(topicID), err)
 	}
 	t, ok := td[Topic(topicID)]
-	if !ok || t.Err != nil {
+	if !ok || errors.Is(t.Err, kerr.UnknownTopicOrPartition) {
+		return nil // created a moment ago by another caller, with the mirror topic's count
+	}
+	if t.Err != nil {
 		return fmt.Errorf("ledger: partitions of %s: %v", Topic(topicID), t.Err)
 	}
 	if int32(len(t.Partitions)) >= partitions {
