@@ -2,6 +2,7 @@ package atoffset
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"offsetgate/batch"
@@ -34,6 +35,9 @@ type State struct {
 	// at the mirrored end, so a request sent before the client saw the failure is never taken
 	// for a hole in the source and filled.
 	Resync bool
+	// AlignTo is the D offset the alignment fillers end at (0: none were written): the writer
+	// deletes D's records below it.
+	AlignTo int64
 }
 
 // MirroredEnd is the source offset a mirroring client resends from: the first unconfirmed
@@ -80,12 +84,21 @@ type Plan struct {
 	next, dnext, cursor int64
 	seq, epoch          int32
 	segments            []Segment
+	alignTo             int64
 }
+
+// fillChunk is the most filler records in one alignment batch: 10,000 fillers are about
+// 270 KB, well under a topic's smallest sensible max.message.bytes.
+const fillChunk = 10000
 
 // Options are what the planner knows of the mirror topic.
 type Options struct {
 	// MaxFill is the largest hole filled with filler records.
 	MaxFill int64
+	// Align is the most offsets filled at a mirror partition's start so that D's offsets are
+	// the source's (Delta 0) when the first batch starts above D's end; the fillers are then
+	// deleted from D. A larger distance starts the mirror with a shift. 0: never.
+	Align int64
 	// Compacted: the source topic is compacted. Fillers are tombstones of a reserved key
 	// (the destination refuses keyless records on a compacted topic, and its own cleaner
 	// removes them again), and a batch below the mirrored end may come again with fewer
@@ -232,6 +245,22 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 			out.Entries = append(out.Entries, fe)
 			dnext += int64(n)
 			seq += n
+		case next < 0 && !o.Compacted && h.BaseOffset > dnext && h.BaseOffset-dnext <= o.Align:
+			// The mirror's start above D's end (the source's log start, or a mirror started
+			// past it): fillers up to the batch keep Delta 0, so clients can one day read D
+			// directly at the offsets they knew; the writer then deletes the fillers from D.
+			seg := Segment{Src: dnext, Delta: 0}
+			segments = append(segments[:len(segments):len(segments)], seg)
+			out.Entries = append(out.Entries, ledger.Entry{Kind: ledger.KindSegment, Src: seg.Src, Delta: seg.Delta})
+			for dnext < h.BaseOffset {
+				n := int32(min(h.BaseOffset-dnext, fillChunk))
+				fe := ledger.Entry{Kind: ledger.KindFiller, Src: dnext, Last: dnext + int64(n) - 1, D: dnext, Count: n, PID: s.PID, PEpoch: s.PEpoch, Seq: seq, Align: true}
+				out.Writes = append(out.Writes, Write{Entry: fe, Data: batch.Filler(int(n), fillTS, producer(seq), false)})
+				out.Entries = append(out.Entries, fe)
+				dnext += int64(n)
+				seq += n
+			}
+			out.alignTo = dnext
 		case next < 0 || h.BaseOffset-next > maxFill:
 			// The mirror's start, or a hole too large to fill: a new shift segment.
 			seg := Segment{Src: h.BaseOffset, Delta: h.BaseOffset - dnext}
@@ -276,6 +305,7 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 		epoch = max(epoch, h.LeaderEpoch)
 	}
 	out.next, out.dnext, out.seq, out.epoch, out.segments, out.cursor = next, dnext, seq, epoch, segments, cursor
+	out.alignTo = max(out.alignTo, s.AlignTo)
 	return out
 }
 
@@ -310,6 +340,7 @@ func destination(src []byte, h batch.Header, e ledger.Entry, p batch.Producer, c
 // mirror ends after them, and their writes are pending until D confirms them.
 func (s *State) Apply(p Plan) {
 	s.Segments, s.Next, s.DNext, s.Seq, s.Epoch, s.Cursor = p.segments, p.next, p.dnext, p.seq, p.epoch, p.cursor
+	s.AlignTo = p.alignTo
 	for _, e := range p.Entries {
 		switch {
 		case e.Data():
@@ -388,8 +419,34 @@ type Replayed struct {
 	Halted     string
 	Batches    int64
 	Controls   int64 // control batches (transaction markers)
-	Fillers    int64 // filler records
+	Fillers    int64 // filler records in holes of the source's offsets (not alignment ones)
+	Aligned    int64 // filler records written to align D with the source at the start
+	Kept       int64 // batches D holds as other records (gappy batches, compaction rewrites)
 	Entries    int
+}
+
+// Direct says whether a client reading D directly (not through offsetgate) gets the same
+// records at the same offsets as from the source, and if not, why: every segment without a
+// shift, and D holding every mirrored batch as the source has it (no transaction markers,
+// which D holds as fillers, no filled holes, no batches kept in the ledger).
+func (r Replayed) Direct() (bool, string) {
+	var why []string
+	for _, sg := range r.Segments {
+		if sg.Delta != 0 {
+			why = append(why, fmt.Sprintf("shifted by %d from source offset %d", sg.Delta, sg.Src))
+			break
+		}
+	}
+	if r.Controls > 0 {
+		why = append(why, fmt.Sprintf("%d transaction markers held as fillers", r.Controls))
+	}
+	if r.Fillers > 0 {
+		why = append(why, fmt.Sprintf("%d filler records in holes", r.Fillers))
+	}
+	if r.Kept > 0 {
+		why = append(why, fmt.Sprintf("%d batches held in another shape (compaction)", r.Kept))
+	}
+	return len(why) == 0, strings.Join(why, "; ")
 }
 
 // Replay rebuilds a partition's state from its ledger entries, in order: what a writer taking
@@ -412,10 +469,19 @@ func Replay(es []ledger.Entry) Replayed {
 			case ledger.KindControl:
 				r.Controls++
 				r.Epoch = max(r.Epoch, e.Epoch)
-			default:
-				r.Fillers += int64(e.Count)
+			case ledger.KindFiller:
+				if e.Align {
+					r.Aligned += int64(e.Count)
+					r.AlignTo = e.D + int64(e.Count)
+				} else {
+					r.Fillers += int64(e.Count)
+				}
+			}
+			if e.Kind == ledger.KindBatch && len(e.Raw) > 0 {
+				r.Kept++
 			}
 		case ledger.KindRewrite:
+			r.Kept++
 			r.rewrite(e)
 		case ledger.KindOwner:
 			r.Owner, r.OwnerUntil = e.Owner, e.Until

@@ -429,3 +429,80 @@ func TestConfirmHeld(t *testing.T) {
 		t.Fatalf("the request from D's end: %s %s", p.Refusal.Msg, kinds(p.Entries))
 	}
 }
+
+// A mirror that starts above D's end is aligned: fillers, in batches a broker takes, up to the
+// first batch keep D's offsets the source's (within Align offsets); beyond Align it starts with a
+// shift, as it always did. The replayed ledger knows where the fillers end (the writer deletes
+// below it) and says whether clients may read D directly.
+func TestPlanAlign(t *testing.T) {
+	sets, hs := split(t, src(25000, 3, 4, 0))
+	p := fresh(0).Plan(sets, hs, Options{MaxFill: 100, Align: 100000})
+	if p.Refusal.Code != 0 {
+		t.Fatal(p.Refusal.Msg)
+	}
+	want := "segment(0,Δ0) filler(0-9999@0,seq0) filler(10000-19999@10000,seq10000) filler(20000-24999@20000,seq20000) batch(25000-25002@25000,seq25000)"
+	if got := kinds(p.Entries); got != want {
+		t.Fatalf("aligned start planned\n%s\nwant\n%s", got, want)
+	}
+	for _, e := range p.Entries[1:4] {
+		if !e.Align {
+			t.Fatalf("alignment filler %+v not marked", e)
+		}
+	}
+	if len(p.Writes) != 4 || p.alignTo != 25000 {
+		t.Fatalf("%d writes, fillers end at %d; want 4 and 25000", len(p.Writes), p.alignTo)
+	}
+	for i, w := range p.Writes[:3] {
+		_, fh, err := batch.Split(w.Data)
+		if err != nil || len(fh) != 1 || int64(fh[0].RecordCount) != int64(w.Entry.Count) || fh[0].BaseSequence != w.Entry.Seq {
+			t.Fatalf("filler write %d: %v %+v for entry %+v", i, err, fh, w.Entry)
+		}
+	}
+	var s State = fresh(0)
+	s.Apply(p)
+	if s.AlignTo != 25000 {
+		t.Fatalf("state aligned to %d", s.AlignTo)
+	}
+	// Later requests keep the alignment point; the replayed ledger finds it again.
+	for _, w := range p.Writes {
+		s.confirm(w.Entry.Src)
+	}
+	sets, hs = split(t, src(25003, 2, 4, 0))
+	p2 := s.Plan(sets, hs, Options{MaxFill: 100, Align: 100000})
+	if p2.Refusal.Code != 0 || p2.alignTo != 25000 || kinds(p2.Entries) != "batch(25003-25004@25003,seq25003)" {
+		t.Fatalf("next request: %s %d %s", p2.Refusal.Msg, p2.alignTo, kinds(p2.Entries))
+	}
+	r := Replay(append(p.Entries, p2.Entries...))
+	if r.AlignTo != 25000 || r.Aligned != 25000 || r.Fillers != 0 || r.Next != 25005 {
+		t.Fatalf("replayed: aligned to %d, %d aligned fillers, %d fillers, next %d", r.AlignTo, r.Aligned, r.Fillers, r.Next)
+	}
+	if ok, why := r.Direct(); !ok {
+		t.Fatalf("an aligned dense mirror is not direct: %s", why)
+	}
+
+	// Beyond Align, or with alignment off: a shift, no fillers.
+	for _, align := range []int64{24999, 0} {
+		sets, hs = split(t, src(25000, 3, 4, 0))
+		p = fresh(0).Plan(sets, hs, Options{MaxFill: 100, Align: align})
+		if got := kinds(p.Entries); got != "segment(25000,Δ25000) batch(25000-25002@0,seq0)" || p.alignTo != 0 {
+			t.Fatalf("align %d planned %s (fillers to %d)", align, got, p.alignTo)
+		}
+		if ok, why := Replay(p.Entries).Direct(); ok || !strings.Contains(why, "shifted by 25000") {
+			t.Fatalf("a shifted mirror is direct (%v, %q)", ok, why)
+		}
+	}
+	// A mirror that starts at D's end needs no alignment.
+	sets, hs = split(t, src(0, 3, 4, 0))
+	if p = fresh(0).Plan(sets, hs, Options{MaxFill: 100, Align: 100000}); kinds(p.Entries) != "segment(0,Δ0) batch(0-2@0,seq0)" || p.alignTo != 0 {
+		t.Fatalf("start at D's end planned %s", kinds(p.Entries))
+	}
+	// Transaction markers are held as fillers on D: not for direct readers.
+	s = mirrored(t, fresh(0), src(0, 3, 1, batch.AttrTransactional), marker(3, true))
+	var es []ledger.Entry
+	for _, e := range s.Recent {
+		es = append(es, e)
+	}
+	if ok, why := Replay(es).Direct(); ok || !strings.Contains(why, "transaction markers") {
+		t.Fatalf("a mirror with markers is direct (%v, %q)", ok, why)
+	}
+}

@@ -46,6 +46,7 @@ var (
 
 const (
 	DefaultMaxFill        = 10000
+	DefaultAlign          = 1_000_000
 	DefaultLease          = 30 * time.Second
 	recentEntries         = 4096
 	defaultRequestTimeout = 30 * time.Second
@@ -56,6 +57,10 @@ type Config struct {
 	// MaxFill is the largest hole filled with filler records; a larger one starts a new
 	// shift segment.
 	MaxFill int64
+	// Align is the most offsets filled at a mirror partition's start so that D's offsets are
+	// the source's (Options.Align); the fillers are deleted from D once written. 0: the
+	// default (DefaultAlign); negative: never (the mirror starts with a shift).
+	Align int64
 	// Instance names this offsetgate for partition ownership.
 	Instance string
 	// Lease is how long an ownership claim holds without renewal.
@@ -117,6 +122,12 @@ func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metri
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
+	switch {
+	case cfg.Align == 0:
+		cfg.Align = DefaultAlign
+	case cfg.Align < 0:
+		cfg.Align = 0
+	}
 	if m == nil {
 		m = nopMetrics()
 	}
@@ -141,6 +152,8 @@ type part struct {
 	ledgerNext int64
 	leader     int32 // cached leader of the partition on D; -1: unknown
 	conn       *wire.Conn
+	// aligned is the D offset this process deleted D's records below (alignment fillers).
+	aligned int64
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -184,6 +197,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 	}
 	p.st, p.halted = r.State, r.Halted
+	p.aligned = 0 // deleting again below the same offset is harmless
 	// What D holds for sure is below its high watermark; entries at or beyond it may or may not
 	// be written, and are retried with their own producer values before anything new.
 	hwm, err := w.highWatermark(ctx, p.topic, partition)
@@ -334,7 +348,7 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 	if err != nil {
 		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}
 	}
-	o := Options{MaxFill: w.cfg.MaxFill, Compacted: p.compacted, HasFrom: from >= 0, From: from}
+	o := Options{MaxFill: w.cfg.MaxFill, Align: w.cfg.Align, Compacted: p.compacted, HasFrom: from >= 0, From: from}
 	if w.cfg.Find != nil {
 		o.Find = func(src int64) (ledger.Entry, bool) { return w.cfg.Find(p.tid, partition, src) }
 	}
@@ -398,7 +412,50 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 			return res
 		}
 	}
+	w.deleteAligned(ctx, p, partition)
 	return Result{BaseOffset: plan.Base}
+}
+
+// deleteAligned removes the alignment fillers from D once they are confirmed there, so D's log
+// start is the source's and a client reading D directly never meets them. A failure is only
+// logged: the next write of the partition tries again, and through offsetgate the fillers are
+// never served anyway.
+func (w *Writer) deleteAligned(ctx context.Context, p *part, partition int32) {
+	if p.st.AlignTo <= p.aligned || len(p.st.Pending) > 0 && p.st.Pending[0].D < p.st.AlignTo {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+	defer cancel()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	req.TimeoutMillis = int32(defaultRequestTimeout / time.Millisecond)
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = p.topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = partition, p.st.AlignTo
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	err := errors.New("no answer")
+	for _, sh := range w.cl.RequestSharded(dctx, req) {
+		if sh.Err != nil {
+			err = sh.Err
+			break
+		}
+		for _, t := range sh.Resp.(*kmsg.DeleteRecordsResponse).Topics {
+			for _, rp := range t.Partitions {
+				if rp.Partition == partition {
+					err = kerr.ErrorForCode(rp.ErrorCode)
+				}
+			}
+		}
+	}
+	if err != nil {
+		w.log.Warn("deleting the alignment fillers from the destination failed; the next write tries again",
+			zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int64("below", p.st.AlignTo), zap.Error(err))
+		return
+	}
+	w.log.Info("alignment fillers deleted: the destination's offsets are the source's", zap.String("topic", p.topic),
+		zap.Int32("partition", partition), zap.Int64("log_start", p.st.AlignTo))
+	p.aligned = p.st.AlignTo
 }
 
 // check compares the base offset D answered with the one planned; a mismatch halts the

@@ -115,6 +115,12 @@ type Entry struct {
 	Records int32 `json:"records,omitempty"`
 	// rewrite: the source's cleaner removed every record of the batch (and the batch).
 	Gone bool `json:"gone,omitempty"`
+	// filler: written at the mirror's start so that D's offsets are the source's (the source's
+	// log start, or the offset the mirror started at, was above D's end). Nothing of the
+	// source stands behind these offsets: offsetgate deletes them from D (DeleteRecords) once
+	// they are written, so D's log start is the source's. An older offsetgate reads the entry
+	// as a plain filler, which it is.
+	Align bool `json:"align,omitempty"`
 }
 
 // Decode reads one ledger record's value. It refuses what it cannot read exactly: bad JSON, an

@@ -24,7 +24,7 @@ import (
 // and a source leader epoch above zero.
 func TestPromotionMovesProducers(t *testing.T) {
 	prefix := testkafka.Names(t, "pm")
-	e := newEnv(t, prefix, nil)
+	e := newEnv(t, prefix, shifted)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s := e.pair.Source

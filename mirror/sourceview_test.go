@@ -111,7 +111,7 @@ func sameRecords(t testing.TB, what string, got, want []srec) {
 // batches byte-identical.
 func TestSourceViewDense(t *testing.T) {
 	prefix := testkafka.Names(t, "sv")
-	e := newEnv(t, prefix, nil)
+	e := newEnv(t, prefix, shifted)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	s := e.pair.Source
@@ -421,7 +421,7 @@ func TestSourceViewHoles(t *testing.T) {
 // KIP-447 fields) commits through offsetgate the same way.
 func TestSourceViewGroups(t *testing.T) {
 	prefix := testkafka.Names(t, "sg")
-	e := newEnv(t, prefix, nil)
+	e := newEnv(t, prefix, shifted)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := e.pair.Source

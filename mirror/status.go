@@ -30,8 +30,15 @@ type PartitionStatus struct {
 	Epoch     int32              `json:"source_epoch"`
 	Batches   int64              `json:"batches"`
 	Fillers   int64              `json:"filler_records"`
-	Owner     string             `json:"owner,omitempty"`
-	Halted    string             `json:"halted,omitempty"`
+	// Aligned is the filler records written at the mirror's start so D's offsets are the
+	// source's (deleted from D once written).
+	Aligned int64 `json:"aligned_filler_records,omitempty"`
+	// Direct says whether clients can leave offsetgate and read D directly with the offsets
+	// and records they knew from the source; DirectNo says why not.
+	Direct   bool   `json:"direct"`
+	DirectNo string `json:"direct_no,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	Halted   string `json:"halted,omitempty"`
 	// SourceEnd and Lag are set when a source client was given and the source answered;
 	// otherwise LagUnknown says why (never a lag of 0 for ends that are not known).
 	SourceEnd  *int64 `json:"source_end,omitempty"`
@@ -102,12 +109,12 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		if !ok || t.Err != nil {
 			continue
 		}
-		var srcEnds, srcStarts, pxStarts kadm.ListedOffsets
-		var srcErr, pxErr error
+		var srcEnds, srcStarts kadm.ListedOffsets
+		var srcErr error
+		// The mirror's log starts before the source's (see verify.Run: read this way round,
+		// retention moving on in between cannot look like a loss).
+		pxStarts, pxErr := padm.ListStartOffsets(ctx, m.Topic)
 		if src != nil {
-			// The mirror's log starts before the source's (see verify.Run: read this way
-			// round, retention moving on in between cannot look like a loss).
-			pxStarts, pxErr = padm.ListStartOffsets(ctx, m.Topic)
 			sadm := kadm.NewClient(src)
 			if srcEnds, srcErr = sadm.ListEndOffsets(ctx, m.Topic); srcErr == nil {
 				srcStarts, srcErr = sadm.ListStartOffsets(ctx, m.Topic)
@@ -133,7 +140,8 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 			}
 			// The same replay a writer taking the partition over starts from.
 			rp := atoffset.Replay(es)
-			ps.End, ps.Epoch, ps.Batches, ps.Fillers = rp.Next, rp.Epoch, rp.Batches, rp.Fillers
+			ps.End, ps.Epoch, ps.Batches, ps.Fillers, ps.Aligned = rp.Next, rp.Epoch, rp.Batches, rp.Fillers, rp.Aligned
+			ps.Direct, ps.DirectNo = direct(rp, pxStarts, pxErr, m.Topic, p)
 			for _, sg := range rp.Segments {
 				ps.Shifts = append(ps.Shifts, map[string]int64{"from_source_offset": sg.Src, "delta": sg.Delta})
 			}
@@ -159,6 +167,28 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		return out[i].Partition < out[j].Partition
 	})
 	return out, nil
+}
+
+// direct is whether clients can read the mirror partition on D directly (Replayed.Direct),
+// with D's log start at or past the alignment fillers (they are deleted once written).
+func direct(rp atoffset.Replayed, starts kadm.ListedOffsets, err error, topic string, p int32) (bool, string) {
+	if rp.Next < 0 {
+		return false, "nothing mirrored yet"
+	}
+	ok, why := rp.Direct()
+	if !ok || rp.AlignTo == 0 {
+		return ok, why
+	}
+	s, found := starts.Lookup(topic, p)
+	switch {
+	case err != nil:
+		return false, "log start not read: " + err.Error()
+	case !found || s.Err != nil:
+		return false, fmt.Sprintf("log start of %s[%d] not read: %v", topic, p, lookupErr(found, s.Err))
+	case s.Offset < rp.AlignTo:
+		return false, fmt.Sprintf("alignment fillers below %d not yet deleted from the destination (log start %d; offsetgate deletes them with the partition's next write)", rp.AlignTo, s.Offset)
+	}
+	return true, ""
 }
 
 // lag is the source's end and the offsets it holds beyond the mirrored end (all of them from

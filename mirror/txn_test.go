@@ -295,7 +295,7 @@ func (c *cuttable) kill() {
 // output's read_committed view, and its committed offsets read back in source terms.
 func TestExactlyOnceThroughOffsetgate(t *testing.T) {
 	prefix := testkafka.Names(t, "eos")
-	e := newEnv(t, prefix, nil)
+	e := newEnv(t, prefix, shifted)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	in, out, group := prefix+"-in", prefix+"-out", prefix+"-app"

@@ -57,6 +57,13 @@ type Config struct {
 	// MaxFill is the largest hole in source offsets filled with filler records; larger holes
 	// start a new shift segment. Default 10000.
 	MaxFill int64 `yaml:"max_fill"`
+	// AlignMax is the most offsets filled when a mirror partition starts above the
+	// destination's end (the source's log start, or a mirror started past it), so that the
+	// destination's offsets are the source's and clients can one day read it directly; the
+	// fillers are then deleted from the destination. A larger distance starts the mirror with a
+	// shift (offsets differ on D; through offsetgate they are the source's either way).
+	// Default 1000000; -1: never.
+	AlignMax int64 `yaml:"align_max"`
 	// OwnershipLease is how long this instance's claim on a mirror partition it writes holds
 	// without renewal (renewed by writing); another instance is refused until it runs out.
 	// Default 30s; at least 1s.
@@ -244,6 +251,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateMirroring()...)
 	if c.EventLoops < 0 {
 		bad("event_loops", "must be >= 0")
+	}
+	if c.AlignMax < -1 {
+		bad("align_max", "must be -1 (never align), 0 (the default, 1000000) or a number of offsets")
 	}
 	if c.OwnershipLease < time.Second {
 		bad("ownership_lease", "must be at least 1s (the claim is renewed when less than half of it is left)")

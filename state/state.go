@@ -32,6 +32,9 @@ type Config struct {
 	Instance string
 	// MaxFill is the largest hole filled with filler records (atoffset.Config).
 	MaxFill int64
+	// Align is the most offsets filled at a mirror partition's start to keep D's offsets the
+	// source's (atoffset.Config; zero: 1,000,000; negative: never).
+	Align int64
 	// Lease is how long an ownership claim holds without renewal (atoffset.Config; zero: 30s).
 	Lease time.Duration
 	// Dial opens offsetgate's own connections to a destination broker (pipelined writes).
@@ -115,7 +118,7 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		}
 		return nil
 	}
-	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, OnEntries: st.View.Record, Find: find, Between: between},
+	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Align: cfg.Align, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
 	return st, nil
 }

@@ -83,7 +83,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tMIRRORED END\tSEGMENTS (from:delta)\tSOURCE EPOCH\tLAG\tSTATE")
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tMIRRORED END\tSEGMENTS (from:delta)\tSOURCE EPOCH\tLAG\tDIRECT\tSTATE")
+	var notDirect []string
 	for _, p := range st {
 		var segs []string
 		for _, s := range p.Shifts {
@@ -101,8 +102,21 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if p.HeadUnknown != "" {
 			state += " (head unknown: " + p.HeadUnknown + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, p.End, strings.Join(segs, " "), p.Epoch, lag, state)
+		dir := "yes"
+		if !p.Direct {
+			dir = "no"
+			notDirect = append(notDirect, fmt.Sprintf("  %s[%d]: %s", p.Topic, p.Partition, p.DirectNo))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", p.Topic, p.Partition, p.End, strings.Join(segs, " "), p.Epoch, lag, dir, state)
 	}
 	_ = tw.Flush()
+	// DIRECT: whether clients can leave offsetgate for the destination without an offset jump
+	// (docs/operations.md, "Leaving offsetgate").
+	if len(notDirect) > 0 {
+		fmt.Fprintln(stdout, "\nNot yet for clients reading the destination directly (DIRECT no):")
+		for _, l := range notDirect {
+			fmt.Fprintln(stdout, l)
+		}
+	}
 	return 0
 }
