@@ -76,6 +76,9 @@ type Config struct {
 	// partition keeps in memory (the source view holds them all): a compacted source is sent
 	// again from its log start to record what its cleaner changed.
 	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool)
+	// BeforeAppend, when set, runs after a write is planned and before its ledger entries are
+	// appended (tests pause an instance there).
+	BeforeAppend func(topic string, partition int32)
 	// Between, when set, lists the mirrored batches starting in [from, to) (Options.Between).
 	Between func(id catalog.TopicID, partition int32, from, to int64) []ledger.Entry
 }
@@ -154,6 +157,19 @@ type part struct {
 	conn       *wire.Conn
 	// aligned is the D offset this process deleted D's records below (alignment fillers).
 	aligned int64
+	// app appends to the partition's ledger as the holder of its latest claim: the
+	// destination refuses the appends of an instance whose claim was taken over since.
+	app *ledger.Fenced
+}
+
+// unload forgets what this process holds of the partition: the next write reads the ledger
+// and claims the partition again.
+func (p *part) unload() {
+	p.loaded, p.until, p.halted, p.app = false, time.Time{}, "", nil
+	if p.conn != nil {
+		p.conn.Close()
+		p.conn = nil
+	}
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -191,11 +207,33 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if err != nil {
 		return err
 	}
-	p.ledgerNext = next
 	r := Replay(es)
 	if r.Owner != "" && r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
 		return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 	}
+	// Claim: the partition's ledger producer gets a new epoch, and this process's first append
+	// (the owner entry) makes the destination refuse every earlier holder's appends. What an
+	// earlier holder appended before that is read now, so nothing it planned goes unseen.
+	app, err := w.ledger.Claim(ctx, p.id, partition)
+	if err != nil {
+		return err
+	}
+	until := time.Now().Add(w.cfg.Lease)
+	base, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindOwner, Src: -1, Owner: w.cfg.Instance, Until: until}})
+	if err != nil {
+		return err
+	}
+	if base != next {
+		tail, tnext, err := w.ledger.ReadFrom(ctx, p.id, partition, next)
+		if err != nil {
+			return err
+		}
+		es, after = append(es, tail...), tnext
+		if r = Replay(es); r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
+			return &ownedError{owner: r.Owner, until: r.OwnerUntil}
+		}
+	}
+	p.app, p.until, p.ledgerNext = app, until, after
 	p.st, p.halted = r.State, r.Halted
 	p.aligned = 0 // deleting again below the same offset is harmless
 	// What D holds for sure is below its high watermark; entries at or beyond it may or may not
@@ -209,17 +247,22 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			p.st.Pending = append(p.st.Pending, e)
 		}
 	}
-	if len(es) == 0 && hwm > 0 {
+	// A partition whose ledger holds no segment yet (only claims, or nothing) was never
+	// written by offsetgate.
+	fresh := len(r.Segments) == 0 && r.Next < 0
+	if fresh && hwm > 0 {
 		// A mirror partition with no ledger entry is one offsetgate never wrote: anything D
 		// holds there came from elsewhere, and mirroring after it would not be exact.
 		reason := fmt.Sprintf("the destination holds %d offsets that no ledger entry accounts for (a write that did not come through offsetgate?)", hwm)
 		p.halted = reason
 		w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
-		if err := w.ledger.Append(ctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}}); err != nil {
+		if _, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}}); err != nil {
 			return err
+		} else {
+			p.ledgerNext = after
 		}
 	}
-	if len(es) == 0 {
+	if fresh {
 		// A fresh mirror partition: D's end is where the first segment starts.
 		p.st.DNext = hwm
 		pid, epoch, err := w.initProducer(ctx)
@@ -254,11 +297,7 @@ func (w *Writer) stillOwned(ctx context.Context, p *part, partition int32) error
 	}
 	w.log.Info("mirror partition written by another instance since our lease ran out: reloading",
 		zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int("entries_since", len(es)))
-	p.loaded, p.until, p.halted = false, time.Time{}, ""
-	if p.conn != nil {
-		p.conn.Close()
-		p.conn = nil
-	}
+	p.unload()
 	return nil
 }
 
@@ -377,15 +416,35 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		p.until = until
 	}
 	// Write-ahead: the ledger holds the plan before D gets a byte of it.
+	if w.cfg.BeforeAppend != nil {
+		w.cfg.BeforeAppend(p.topic, partition)
+	}
 	if len(entries) > 0 {
 		lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
-		next, err := w.ledger.AppendNext(lctx, p.id, partition, entries)
+		base, next, err := p.app.Append(lctx, entries)
 		cancel()
 		if err != nil {
-			p.until = time.Time{}
-			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written: " + err.Error()}
+			// Fenced: another instance claimed the partition since. Any other failure: the
+			// entries may or may not be in the ledger. Either way the partition is read from
+			// the ledger again (and claimed again, which fences this process's own append if
+			// it is still on its way) before the next write; nothing reached D.
+			p.unload()
+			if errors.Is(err, ledger.ErrFenced) {
+				w.log.Warn("mirror partition taken over by another instance", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
+				return Result{Code: ErrRetriable, Msg: "offsetgate: another offsetgate instance took the partition over; nothing was written: " + err.Error()}
+			}
+			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}
 		}
-		p.ledgerNext = max(p.ledgerNext, next)
+		if base != p.ledgerNext {
+			// Entries this process did not write precede ours: only a holder of a newer claim
+			// could append, and then this append would have been refused. Never planned on:
+			// the partition is read again, and the plan retried from the ledger.
+			w.log.Error("ledger entries of another writer found before this process's append: reloading",
+				zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int64("expected_at", p.ledgerNext), zap.Int64("appended_at", base))
+			p.unload()
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}
+		}
+		p.ledgerNext = next
 		p.st.Apply(plan)
 		if w.cfg.OnEntries != nil && len(plan.Entries) > 0 {
 			w.cfg.OnEntries(p.tid, partition, plan.Entries)
@@ -466,7 +525,11 @@ func (w *Writer) check(p *part, partition int32, wr Write, base int64) (Result, 
 		p.halted = reason
 		w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
 		hctx, cancel := context.WithTimeout(context.Background(), defaultRequestTimeout)
-		_ = w.ledger.Append(hctx, p.id, partition, []ledger.Entry{{Kind: ledger.KindHalt, Src: wr.Entry.Src, Reason: reason}})
+		if p.app != nil {
+			if _, after, err := p.app.Append(hctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: wr.Entry.Src, Reason: reason}}); err == nil {
+				p.ledgerNext = after
+			}
+		}
 		cancel()
 		return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + reason}, true
 	}

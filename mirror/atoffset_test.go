@@ -355,6 +355,68 @@ func TestStaleInstanceRereadsLedger(t *testing.T) {
 	}
 }
 
+// An instance paused after planning a write and before appending its ledger entries, past
+// its lease, wakes up after another instance took the partition over and wrote on: the
+// destination itself refuses the stale append (the other instance's claim bumped the epoch of
+// the ledger partition's producer), so the stale plan never enters the ledger nor reaches D,
+// and a third instance that reads the ledger afterwards continues exactly after what B wrote.
+// Without broker-side fencing the stale entries land after B's and the ledger's end goes back.
+func TestPausedInstanceLedgerAppendFenced(t *testing.T) {
+	prefix := testkafka.Names(t, "zf")
+	lease := func(c *proxy.Config) { c.OwnershipLease = 2 * time.Second }
+	var armed atomic.Bool
+	paused, release := make(chan struct{}, 1), make(chan struct{})
+	a := newEnv(t, prefix, func(c *proxy.Config) {
+		lease(c)
+		c.BeforeLedgerAppend = func(string, int32) {
+			if armed.CompareAndSwap(true, false) {
+				paused <- struct{}{}
+				<-release
+			}
+		}
+	})
+	b := a.another(prefix, lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := prefix + "-t"
+	a.createMirrorTopic(ctx, topic, 1)
+	ts := time.Now().UnixMilli()
+	ha, hb := a.hand(topic), b.hand(topic)
+	if p := ha.send(ctx, 0, srcBatch(0, 5, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("A: %d %s", p.ErrorCode, msg(p))
+	}
+	armed.Store(true)
+	stale := make(chan kmsg.ProduceResponseTopicPartition, 1)
+	go func() { stale <- ha.send(ctx, 0, srcBatch(5, 5, 0, 0, ts)) }()
+	select {
+	case <-paused:
+	case <-ctx.Done():
+		t.Fatal("A never planned the write")
+	}
+	time.Sleep(2500 * time.Millisecond) // A's lease runs out while it is paused, its plan made
+	for _, base := range []int64{5, 10} {
+		if p := hb.send(ctx, 0, srcBatch(base, 5, 0, 0, ts)); p.ErrorCode != 0 {
+			t.Fatalf("B at %d after A's lease ran out: %d %s", base, p.ErrorCode, msg(p))
+		}
+	}
+	close(release)
+	if p := <-stale; p.ErrorCode == 0 || !strings.Contains(msg(p), "took the partition over") {
+		t.Fatalf("A's stale write after B took over: code %d (%s), want a refusal naming the takeover", p.ErrorCode, msg(p))
+	}
+	if n := count(ctx, t, a.pair.Dest, topic)[0]; n != [2]int64{0, 15} {
+		t.Fatalf("the partition holds %v, want [0 15]", n)
+	}
+	// A third instance, once B's lease ran out, reads the ledger and goes on at 15.
+	time.Sleep(2500 * time.Millisecond)
+	c := a.another(prefix, lease)
+	if p := c.hand(topic).send(ctx, 0, srcBatch(15, 5, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("C after B: code %d (%s)", p.ErrorCode, msg(p))
+	}
+	if n := count(ctx, t, a.pair.Dest, topic)[0]; n != [2]int64{0, 20} {
+		t.Fatalf("the partition holds %v, want [0 20]", n)
+	}
+}
+
 // A following mirror bootstrapped with three offsetgate instances goes on through another
 // when the one it wrote through stops: it waits for the first one's lease, then the other
 // takes the partitions over from the ledger; nothing is lost or written twice.

@@ -72,6 +72,10 @@ type Config struct {
 	// (catalog, ledger, produce-at-offset writes): a seam for fault-injection tests, never
 	// from YAML. Client connections' upstreams do not use it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error) `yaml:"-"`
+	// BeforeLedgerAppend, when set, runs after a produce-at-offset write of a mirror partition
+	// is planned and before its ledger entries are appended: a seam for tests that pause an
+	// instance exactly there, never from YAML.
+	BeforeLedgerAppend func(topic string, partition int32) `yaml:"-"`
 	// Path is the file the configuration came from (set by LoadConfig), watched for changes
 	// to the mirroring section.
 	Path string `yaml:"-"`

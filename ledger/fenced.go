@@ -1,0 +1,219 @@
+package ledger
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/batch"
+	"offsetgate/rawread"
+)
+
+// ErrFenced is an append the destination refused because another holder claimed the ledger
+// partition since (its producer epoch is newer).
+var ErrFenced = errors.New("another offsetgate instance claimed the partition's ledger since (the destination fenced this one)")
+
+// TransactionalID names the producer that appends to one ledger partition. No transaction is
+// ever opened with it: the id only gives the partition a producer whose epoch the destination
+// bumps at every claim.
+func TransactionalID(topicID string, partition int32) string {
+	return Topic(topicID) + "-" + strconv.Itoa(int(partition))
+}
+
+// Fenced appends to one ledger partition with broker-side fencing. A claim bumps the epoch of
+// the partition's own producer (InitProducerId with TransactionalID); once the new holder has
+// appended, the destination refuses every append of an earlier holder (INVALID_PRODUCER_EPOCH
+// or PRODUCER_FENCED) by itself, so an instance paused past its lease cannot add a stale plan
+// to the ledger when it wakes up. Appends are idempotent: a retry resends the same bytes with
+// the same sequence, which the destination recognises.
+//
+// A Fenced is used by one goroutine at a time (the writer holds the partition's lock). After
+// an append that failed for a reason other than a retriable one it is broken: claim again.
+type Fenced struct {
+	l         *Ledger
+	topic     string
+	topicID   string
+	tid       [16]byte
+	partition int32
+	pid       int64
+	epoch     int16
+	seq       int32
+	leader    int32
+	broken    error
+}
+
+// Claim takes a ledger partition over: it bumps the epoch of the partition's producer, which
+// fences every earlier holder from the moment this one appends.
+func (l *Ledger) Claim(ctx context.Context, topicID string, partition int32) (*Fenced, error) {
+	f := &Fenced{l: l, topic: Topic(topicID), topicID: topicID, partition: partition, leader: -1}
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionalID = kmsg.StringPtr(TransactionalID(topicID, partition))
+	req.TransactionTimeoutMillis = 60000
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	var last error
+	for attempt := 0; attempt < 20; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, time.Duration(min(attempt, 10))*100*time.Millisecond); err != nil {
+				return nil, fmt.Errorf("ledger: claiming %s[%d]: %w (last: %v)", f.topic, partition, err, last)
+			}
+		}
+		resp, err := req.RequestWith(ctx, l.cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err == nil {
+			f.pid, f.epoch = resp.ProducerID, resp.ProducerEpoch
+			return f, nil
+		}
+		last = err
+		// A claim while the coordinator loads, or moves, is retried; so is one that meets
+		// the previous holder's claim still being completed (CONCURRENT_TRANSACTIONS).
+		var ke *kerr.Error
+		if errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.ConcurrentTransactions) {
+			break // not allowed (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or not supported
+		}
+	}
+	return nil, fmt.Errorf("ledger: claiming %s[%d] (InitProducerId of %s): %w", f.topic, partition, TransactionalID(topicID, partition), last)
+}
+
+// Append writes entries to the claimed ledger partition, durably (acks=all), in order, and
+// returns the ledger offset of the first and the offset after the last. ErrFenced: another
+// holder claimed the partition since; nothing was written.
+func (f *Fenced) Append(ctx context.Context, es []Entry) (base, next int64, err error) {
+	if f.broken != nil {
+		return 0, 0, fmt.Errorf("ledger: %s[%d]: an earlier append failed (%v); claim the partition again", f.topic, f.partition, f.broken)
+	}
+	if len(es) == 0 {
+		return 0, 0, errors.New("ledger: nothing to append")
+	}
+	data, err := f.batch(es)
+	if err != nil {
+		return 0, 0, err
+	}
+	base, err = f.produce(ctx, data)
+	if err != nil {
+		f.broken = err
+		return 0, 0, err
+	}
+	f.seq = nextSequence(f.seq, int32(len(es)))
+	return base, base + int64(len(es)), nil
+}
+
+// batch encodes entries as one record batch of the partition's producer at its next sequence,
+// keyed and timestamped as AppendNext does (a record's timestamp is its entry's source offset).
+func (f *Fenced) batch(es []Entry) ([]byte, error) {
+	type enc struct {
+		key, value []byte
+		ts         int64
+	}
+	encs := make([]enc, len(es))
+	first, last := int64(math.MaxInt64), int64(math.MinInt64)
+	for i, e := range es {
+		e.V = VersionOf(e)
+		b, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		ts := max(e.Src, 0)
+		encs[i] = enc{[]byte(e.Kind + ":" + strconv.FormatInt(e.Src, 10)), b, ts}
+		first, last = min(first, ts), max(last, ts)
+	}
+	var recs []byte
+	for i, e := range encs {
+		r := kmsg.Record{OffsetDelta: int32(i), TimestampDelta64: e.ts - first, Key: e.key, Value: e.value}
+		r.Length = int32(len(r.AppendTo(nil)) - 1) // AppendTo writes Length as given (0: one byte)
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(len(es) - 1),
+		FirstTimestamp: first, MaxTimestamp: last, ProducerID: f.pid, ProducerEpoch: f.epoch,
+		FirstSequence: f.seq, NumRecords: int32(len(es)), Records: recs}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
+	return out, nil
+}
+
+// produce sends the batch to the partition's leader, retrying retriable failures with the same
+// bytes, and returns the base offset the destination gave it.
+func (f *Fenced) produce(ctx context.Context, data []byte) (int64, error) {
+	var last error
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, time.Duration(attempt)*100*time.Millisecond); err != nil {
+				return 0, fmt.Errorf("ledger: appending to %s[%d]: %w (last: %v)", f.topic, f.partition, err, last)
+			}
+		}
+		if f.leader < 0 || attempt > 0 {
+			lp, err := rawread.LookupLeader(ctx, f.l.cl, f.topic, f.partition)
+			if err != nil {
+				last = err
+				continue
+			}
+			f.leader, f.tid = lp.Leader, lp.TopicID
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 30000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = f.topic, f.tid // v13 names topics by id
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = f.partition, data
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		rctx, cancel := context.WithTimeout(ctx, 35*time.Second)
+		kr, err := f.l.cl.Broker(int(f.leader)).Request(rctx, req)
+		cancel()
+		if err != nil {
+			last = err
+			continue
+		}
+		resp := kr.(*kmsg.ProduceResponse)
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return 0, fmt.Errorf("ledger: appending to %s[%d]: malformed produce response", f.topic, f.partition)
+		}
+		pr := resp.Topics[0].Partitions[0]
+		err = kerr.ErrorForCode(pr.ErrorCode)
+		switch {
+		case err == nil:
+			return pr.BaseOffset, nil
+		case errors.Is(err, kerr.InvalidProducerEpoch), errors.Is(err, kerr.ProducerFenced):
+			return 0, fmt.Errorf("ledger: appending to %s[%d]: %w (%v)", f.topic, f.partition, ErrFenced, err)
+		case kerr.IsRetriable(err):
+			last = err
+			continue
+		}
+		msg := ""
+		if pr.ErrorMessage != nil {
+			msg = ": " + *pr.ErrorMessage
+		}
+		return 0, fmt.Errorf("ledger: appending to %s[%d]: %w%s", f.topic, f.partition, err, msg)
+	}
+	return 0, fmt.Errorf("ledger: appending to %s[%d]: %w", f.topic, f.partition, last)
+}
+
+// nextSequence is a producer's sequence after n records; it wraps to 0 past the largest int32,
+// as the destination's does.
+func nextSequence(seq, n int32) int32 {
+	if seq > math.MaxInt32-n {
+		return n - (math.MaxInt32 - seq) - 1
+	}
+	return seq + n
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
