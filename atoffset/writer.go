@@ -256,11 +256,11 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		reason := fmt.Sprintf("the destination holds %d offsets that no ledger entry accounts for (a write that did not come through offsetgate?)", hwm)
 		p.halted = reason
 		w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
-		if _, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}}); err != nil {
+		_, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}})
+		if err != nil {
 			return err
-		} else {
-			p.ledgerNext = after
 		}
+		p.ledgerNext = after
 	}
 	if fresh {
 		// A fresh mirror partition: D's end is where the first segment starts.
