@@ -12,6 +12,8 @@ type metrics struct {
 	bytes   *prometheus.CounterVec
 	halted  *prometheus.GaugeVec
 	latency prometheus.Observer
+	snaps   *prometheus.CounterVec
+	loads   *prometheus.HistogramVec
 }
 
 // NewMetrics registers the produce-at-offset metrics.
@@ -27,7 +29,12 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 	lat := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "offsetgate_mirror_write_seconds",
 		Help: "Time to mirror one partition's record set: ledger write and data writes.", Buckets: prometheus.DefBuckets})
 	m.latency = lat
-	reg.MustRegister(m.writes, m.bytes, m.halted, lat)
+	m.snaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_mirror_snapshots_total",
+		Help: "Snapshots of mirror partitions' state written (a takeover reads the newest and the ledger after it), by topic."}, []string{"topic"})
+	m.loads = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "offsetgate_mirror_partition_load_seconds",
+		Help: "Time to take a mirror partition over (snapshot, ledger tail, claim), by whether a snapshot was used.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"snapshot"})
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads)
 	return m
 }
 
@@ -43,4 +50,10 @@ func (m *metrics) observe(topic string, partition int32, r Result, n int, d time
 		m.halted.WithLabelValues(topic, ps).Set(1)
 	}
 	m.latency.Observe(d.Seconds())
+}
+
+func (m *metrics) snapshot(topic string) { m.snaps.WithLabelValues(topic).Inc() }
+
+func (m *metrics) load(d time.Duration, fromSnapshot bool) {
+	m.loads.WithLabelValues(strconv.FormatBool(fromSnapshot)).Observe(d.Seconds())
 }

@@ -453,7 +453,16 @@ func (r Replayed) Direct() (bool, string) {
 // over the partition starts from, and what offsetgate status shows. Pending writes are not
 // known from the ledger alone (they depend on D's high watermark): the writer adds them.
 func Replay(es []ledger.Entry) Replayed {
-	r := Replayed{State: State{Next: -1, Epoch: -1}, Entries: len(es)}
+	return ReplayOnto(Replayed{State: State{Next: -1, Epoch: -1}}, es)
+}
+
+// ReplayOnto is Replay of the entries that follow a ledger prefix whose replay is r (a
+// snapshot's): the counters (Batches, Fillers, ...) then count these entries only.
+func ReplayOnto(r Replayed, es []ledger.Entry) Replayed {
+	r.Entries += len(es)
+	// Appends never write into the caller's arrays.
+	r.Segments = r.Segments[:len(r.Segments):len(r.Segments)]
+	r.Recent = r.Recent[:len(r.Recent):len(r.Recent)]
 	for _, e := range es {
 		switch e.Kind {
 		case ledger.KindSegment:

@@ -76,6 +76,10 @@ type Config struct {
 	// partition keeps in memory (the source view holds them all): a compacted source is sent
 	// again from its log start to record what its cleaner changed.
 	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool)
+	// SnapshotEvery is how many ledger entries a partition's writer appends between two
+	// snapshots of its state (a takeover reads the newest and the ledger after it). 0: the
+	// default (DefaultSnapshotEvery); negative: never (a takeover reads the whole ledger).
+	SnapshotEvery int64
 	// BeforeAppend, when set, runs after a write is planned and before its ledger entries are
 	// appended (tests pause an instance there).
 	BeforeAppend func(topic string, partition int32)
@@ -125,6 +129,9 @@ func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metri
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = DefaultSnapshotEvery
+	}
 	switch {
 	case cfg.Align == 0:
 		cfg.Align = DefaultAlign
@@ -157,6 +164,10 @@ type part struct {
 	conn       *wire.Conn
 	// aligned is the D offset this process deleted D's records below (alignment fillers).
 	aligned int64
+	// snapAt is the ledger offset the newest snapshot this process knows of covers; snapReady:
+	// the snapshot topic exists (this process made sure).
+	snapAt    int64
+	snapReady bool
 	// app appends to the partition's ledger as the holder of its latest claim: the
 	// destination refuses the appends of an instance whose claim was taken over since.
 	app *ledger.Fenced
@@ -193,6 +204,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if p.loaded {
 		return nil
 	}
+	start := time.Now()
 	// The ledger topic has the mirror topic's partition count: partition p's history is
 	// ledger partition p.
 	lp, err := rawread.Lookup(ctx, w.cl, p.topic, partition)
@@ -203,11 +215,20 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if err := w.ledger.Ensure(ctx, p.id, count); err != nil {
 		return err
 	}
-	es, next, err := w.ledger.ReadFrom(ctx, p.id, partition, 0)
+	base, from := w.lastSnapshot(ctx, p, partition)
+	es, next, err := w.ledger.ReadFrom(ctx, p.id, partition, from)
+	if err == nil && from > 0 && next < from {
+		// A snapshot past the ledger's end is not of this ledger: read it all.
+		w.log.Warn("snapshot beyond the ledger's end: reading the whole ledger", zap.String("topic", p.topic),
+			zap.Int32("partition", partition), zap.Int64("snapshot_at", from), zap.Int64("ledger_end", next))
+		base, from = Replayed{State: State{Next: -1, Epoch: -1}}, 0
+		es, next, err = w.ledger.ReadFrom(ctx, p.id, partition, 0)
+	}
 	if err != nil {
 		return err
 	}
-	r := Replay(es)
+	p.snapAt = from
+	r := ReplayOnto(base, es)
 	if r.Owner != "" && r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
 		return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 	}
@@ -219,17 +240,17 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		return err
 	}
 	until := time.Now().Add(w.cfg.Lease)
-	base, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindOwner, Src: -1, Owner: w.cfg.Instance, Until: until}})
+	at, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindOwner, Src: -1, Owner: w.cfg.Instance, Until: until}})
 	if err != nil {
 		return err
 	}
-	if base != next {
+	if at != next {
 		tail, tnext, err := w.ledger.ReadFrom(ctx, p.id, partition, next)
 		if err != nil {
 			return err
 		}
 		es, after = append(es, tail...), tnext
-		if r = Replay(es); r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
+		if r = ReplayOnto(base, es); r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
 			return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 		}
 	}
@@ -272,8 +293,9 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		p.st.PID, p.st.PEpoch, p.st.Seq = pid, epoch, 0
 	}
 	p.loaded = true
+	w.m.load(time.Since(start), from > 0)
 	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
-		zap.Int("ledger_entries", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
+		zap.Int64("snapshot_at", from), zap.Int("ledger_entries_read", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
 	return nil
 }
 
@@ -472,7 +494,67 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		}
 	}
 	w.deleteAligned(ctx, p, partition)
+	w.maybeSnapshot(ctx, p, partition)
 	return Result{BaseOffset: plan.Base}
+}
+
+// lastSnapshot is the replay of the partition's newest snapshot and the ledger offset to read
+// on from; without a usable one, an empty replay and 0 (the whole ledger).
+func (w *Writer) lastSnapshot(ctx context.Context, p *part, partition int32) (Replayed, int64) {
+	none := Replayed{State: State{Next: -1, Epoch: -1}}
+	if w.cfg.SnapshotEvery < 0 {
+		return none, 0
+	}
+	b, err := w.ledger.LastSnapshot(ctx, p.id, partition)
+	if err == nil && b == nil {
+		return none, 0
+	}
+	var s snapshot
+	if err == nil {
+		s, err = decodeSnapshot(b)
+	}
+	if err != nil {
+		// The ledger is the truth; a snapshot only saves reading it.
+		w.log.Warn("snapshot not used: reading the whole ledger", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
+		return none, 0
+	}
+	return s.replayed(), s.At
+}
+
+// maybeSnapshot stores a snapshot of the partition's state once SnapshotEvery ledger entries
+// were appended since the last one, when nothing is pending. A failure is only logged: the
+// next snapshot is tried an interval later, and the ledger alone is always enough.
+func (w *Writer) maybeSnapshot(ctx context.Context, p *part, partition int32) {
+	if w.cfg.SnapshotEvery < 0 || p.ledgerNext-p.snapAt < w.cfg.SnapshotEvery || len(p.st.Pending) > 0 || p.halted != "" {
+		return
+	}
+	at := p.ledgerNext
+	err := func() error {
+		sctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+		defer cancel()
+		if !p.snapReady {
+			lp, err := rawread.Lookup(sctx, w.cl, p.topic, partition)
+			if err != nil {
+				return err
+			}
+			if err := w.ledger.EnsureSnapshots(sctx, p.id, lp.Partitions); err != nil {
+				return err
+			}
+			p.snapReady = true
+		}
+		b, err := snapshotOf(p.st, at, w.cfg.Instance, p.until).encode()
+		if err != nil {
+			return err
+		}
+		return w.ledger.WriteSnapshot(sctx, p.id, partition, b)
+	}()
+	p.snapAt = at
+	if err != nil {
+		w.log.Warn("snapshot of a mirror partition not written; the next one is tried later", zap.String("topic", p.topic),
+			zap.Int32("partition", partition), zap.Int64("ledger_offset", at), zap.Error(err))
+		return
+	}
+	w.m.snapshot(p.topic)
 }
 
 // deleteAligned removes the alignment fillers from D once they are confirmed there, so D's log

@@ -417,6 +417,77 @@ func TestPausedInstanceLedgerAppendFenced(t *testing.T) {
 	}
 }
 
+// A takeover reads the newest snapshot and the ledger after it, not the whole ledger: A writes
+// 60 batches with a snapshot every 20 ledger entries; B, once A's lease ran out, takes the
+// partition over from a snapshot (its load metric says so), goes on exactly after A, and
+// recognises an exact resend of A's last batch.
+func TestTakeoverFromSnapshot(t *testing.T) {
+	prefix := testkafka.Names(t, "sn")
+	cfg := func(c *proxy.Config) { c.OwnershipLease = 2 * time.Second; c.SnapshotEvery = 20 }
+	a := newEnv(t, prefix, cfg)
+	b := a.another(prefix, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := prefix + "-t"
+	a.createMirrorTopic(ctx, topic, 1)
+	ts := time.Now().UnixMilli()
+	ha := a.hand(topic)
+	for i := int64(0); i < 60; i++ {
+		if p := ha.send(ctx, 0, srcBatch(i*3, 3, 0, 0, ts)); p.ErrorCode != 0 {
+			t.Fatalf("A at %d: %d %s", i*3, p.ErrorCode, msg(p))
+		}
+	}
+	if got := loads(t, a, "true"); got != 0 {
+		t.Fatalf("A loaded the fresh partition from a snapshot (%d)", got)
+	}
+	time.Sleep(2500 * time.Millisecond) // A's lease runs out
+	hb := b.hand(topic)
+	if p := hb.send(ctx, 0, srcBatch(177, 3, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("B resending A's last batch: %d %s, want an exact retry", p.ErrorCode, msg(p))
+	}
+	if p := hb.send(ctx, 0, srcBatch(180, 3, 0, 0, ts)); p.ErrorCode != 0 {
+		t.Fatalf("B after A: %d %s", p.ErrorCode, msg(p))
+	}
+	if got := loads(t, b, "true"); got != 1 {
+		t.Fatalf("B took the partition over %d times from a snapshot, want 1", got)
+	}
+	if n := count(ctx, t, a.pair.Dest, topic)[0]; n != [2]int64{0, 183} {
+		t.Fatalf("the partition holds %v, want [0 183]", n)
+	}
+	// status (which reads the whole ledger) agrees.
+	st, err := mirror.Status(ctx, hb.px, nil)
+	if err != nil || len(st) == 0 {
+		t.Fatalf("status: %v %v", st, err)
+	}
+	for _, p := range st {
+		if p.Topic == topic && p.End != 183 {
+			t.Fatalf("status: mirrored end %d, want 183", p.End)
+		}
+	}
+}
+
+// loads is how many partition takeovers an instance did, from a snapshot ("true") or not.
+func loads(t *testing.T, e *env, fromSnapshot string) uint64 {
+	t.Helper()
+	mfs, err := e.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "offsetgate_mirror_partition_load_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "snapshot" && l.GetValue() == fromSnapshot {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // A following mirror bootstrapped with three offsetgate instances goes on through another
 // when the one it wrote through stops: it waits for the first one's lease, then the other
 // takes the partitions over from the ledger; nothing is lost or written twice.

@@ -64,6 +64,11 @@ type Config struct {
 	// shift (offsets differ on D; through offsetgate they are the source's either way).
 	// Default 1000000; -1: never.
 	AlignMax int64 `yaml:"align_max"`
+	// SnapshotEvery is how many ledger entries of a mirror partition are appended between two
+	// snapshots of its writer's state, so that a takeover (another instance, a restart) reads
+	// the newest snapshot and the ledger after it instead of the whole ledger. Default 10000;
+	// -1: never.
+	SnapshotEvery int64 `yaml:"snapshot_every"`
 	// OwnershipLease is how long this instance's claim on a mirror partition it writes holds
 	// without renewal (renewed by writing); another instance is refused until it runs out.
 	// Default 30s; at least 1s.
@@ -255,6 +260,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateMirroring()...)
 	if c.EventLoops < 0 {
 		bad("event_loops", "must be >= 0")
+	}
+	if c.SnapshotEvery < -1 {
+		bad("snapshot_every", "must be -1 (never), 0 (the default, 10000) or a number of ledger entries")
 	}
 	if c.AlignMax < -1 {
 		bad("align_max", "must be -1 (never align), 0 (the default, 1000000) or a number of offsets")

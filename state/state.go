@@ -35,6 +35,8 @@ type Config struct {
 	// Align is the most offsets filled at a mirror partition's start to keep D's offsets the
 	// source's (atoffset.Config; zero: 1,000,000; negative: never).
 	Align int64
+	// SnapshotEvery is atoffset.Config's (zero: 10000; negative: never).
+	SnapshotEvery int64
 	// BeforeAppend is atoffset.Config's test seam.
 	BeforeAppend func(topic string, partition int32)
 	// Lease is how long an ownership claim holds without renewal (atoffset.Config; zero: 30s).
@@ -120,7 +122,7 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		}
 		return nil
 	}
-	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Align: cfg.Align, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
+	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
 	return st, nil
 }

@@ -1,0 +1,124 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/rawread"
+	"offsetgate/rules"
+)
+
+// SnapshotTopic names the snapshot topic of a mirror topic: compacted, partition-aligned with
+// the ledger, so the last record of partition p is the newest snapshot of mirror partition p's
+// ledger. A snapshot is the writer's state after a prefix of the ledger: a takeover reads it
+// and the ledger from where it ends, not the whole history.
+func SnapshotTopic(topicID string) string { return rules.OwnTopicPrefix + "snapshots_" + topicID }
+
+// snapshotKey is the key of every snapshot record: compaction keeps the newest one only.
+var snapshotKey = []byte("snapshot")
+
+// EnsureSnapshots creates the snapshot topic of a mirror topic if it does not exist, and grows
+// it with the mirror topic.
+func (l *Ledger) EnsureSnapshots(ctx context.Context, topicID string, partitions int32) error {
+	adm := kadm.NewClient(l.cl)
+	topic := SnapshotTopic(topicID)
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	if t, ok := td[topic]; ok && t.Err == nil {
+		if int32(len(t.Partitions)) >= partitions {
+			return nil
+		}
+		resps, err := adm.UpdatePartitions(ctx, int(partitions), topic)
+		if err != nil {
+			return fmt.Errorf("snapshots: adding partitions to %s: %w", topic, err)
+		}
+		if r := resps[topic]; r.Err != nil && !errors.Is(r.Err, kerr.InvalidPartitions) {
+			return fmt.Errorf("snapshots: adding partitions to %s (to %d): %w", topic, partitions, r.Err)
+		}
+		l.cl.ForceMetadataRefresh()
+		return nil
+	}
+	brokers, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	rf := int16(min(len(brokers), 3))
+	_, err = adm.CreateTopic(ctx, partitions, rf, map[string]*string{
+		"cleanup.policy":                 kmsg.StringPtr("compact"),
+		"unclean.leader.election.enable": kmsg.StringPtr("false"),
+		"compression.type":               kmsg.StringPtr("zstd"),
+		"max.message.bytes":              kmsg.StringPtr("8388608"),
+	}, topic)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("snapshots: creating %s: %w", topic, err)
+	}
+	return nil
+}
+
+// WriteSnapshot stores a snapshot of a ledger partition (durably, acks=all).
+func (l *Ledger) WriteSnapshot(ctx context.Context, topicID string, partition int32, value []byte) error {
+	r := &kgo.Record{Topic: SnapshotTopic(topicID), Partition: partition, Key: snapshotKey, Value: value}
+	if err := l.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("snapshots: writing %s[%d]: %w", SnapshotTopic(topicID), partition, err)
+	}
+	return nil
+}
+
+// LastSnapshot reads the newest snapshot of a ledger partition: the last record of its
+// snapshot partition. nil, nil: there is none (no topic, or nothing written yet).
+func (l *Ledger) LastSnapshot(ctx context.Context, topicID string, partition int32) ([]byte, error) {
+	topic := SnapshotTopic(topicID)
+	if _, err := rawread.Lookup(ctx, l.cl, topic, partition); err != nil {
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("snapshots: %w", err)
+	}
+	end, err := endOffset(ctx, l.cl, topic, partition)
+	if err != nil || end == 0 {
+		return nil, err
+	}
+	recs, _, err := rawread.Records(ctx, l.cl, topic, partition, end-1)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: reading %s[%d]: %w", topic, partition, err)
+	}
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	return recs[len(recs)-1].Value, nil
+}
+
+// endOffset is a partition's high watermark, asked of its leader.
+func endOffset(ctx context.Context, cl *kgo.Client, topic string, partition int32) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = partition, -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	for _, sh := range cl.RequestSharded(ctx, req) {
+		if sh.Err != nil {
+			return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, sh.Err)
+		}
+		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, p := range t.Partitions {
+				if p.Partition == partition {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, err)
+					}
+					return p.Offset, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("end offset of %s[%d]: no answer", topic, partition)
+}
