@@ -258,3 +258,19 @@ func buildOffsetgate(t *testing.T) string {
 	}
 	return bin
 }
+
+// The takeover benchmark end to end on a small ledger (past one snapshot interval): the first
+// writer replays the whole ledger, the second starts from the snapshot the first one stored.
+func TestTakeoverEndToEnd(t *testing.T) {
+	pair := testkafka.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := bench.RunTakeover(ctx, bench.TakeoverConfig{Dest: pair.Dest, Entries: 12000,
+		Topic: testkafka.Names(t, "tko") + "-t", Progress: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 || rep.Runs[0].FromSnapshot || !rep.Runs[1].FromSnapshot {
+		t.Fatalf("runs %+v: want the whole ledger first, then a snapshot", rep.Runs)
+	}
+}

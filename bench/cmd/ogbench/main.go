@@ -44,12 +44,14 @@ func main() {
 		err = mm2(args)
 	case "slowreader":
 		err = slowReader(args)
+	case "takeover":
+		err = takeover(args)
 	case "relay":
 		err = bench.RelayMain(args, os.Stdout)
 	case "help":
-		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
+		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench takeover [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
 	default:
-		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, relay)", cmd)
+		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, takeover, relay)", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
