@@ -417,12 +417,40 @@ type Replayed struct {
 	Owner      string
 	OwnerUntil time.Time
 	Halted     string
-	Batches    int64
-	Controls   int64 // control batches (transaction markers)
-	Fillers    int64 // filler records in holes of the source's offsets (not alignment ones)
-	Aligned    int64 // filler records written to align D with the source at the start
-	Kept       int64 // batches D holds as other records (gappy batches, compaction rewrites)
-	Entries    int
+	Counts
+	Entries int
+}
+
+// Counts are what a partition's ledger records, counted: offsetgate status shows them, and
+// they say whether clients could read D directly (Replayed.Direct). A snapshot keeps them, so
+// they cover the whole ledger after a replay from one.
+type Counts struct {
+	Batches  int64 `json:"batches"`
+	Controls int64 `json:"controls"` // control batches (transaction markers)
+	Fillers  int64 `json:"fillers"`  // filler records in holes of the source's offsets (not alignment ones)
+	Aligned  int64 `json:"aligned"`  // filler records written to align D with the source at the start
+	Kept     int64 `json:"kept"`     // batches D holds as other records (gappy batches, compaction rewrites)
+}
+
+// add counts one ledger entry.
+func (c *Counts) add(e ledger.Entry) {
+	switch e.Kind {
+	case ledger.KindBatch:
+		c.Batches++
+		if len(e.Raw) > 0 {
+			c.Kept++
+		}
+	case ledger.KindControl:
+		c.Controls++
+	case ledger.KindFiller:
+		if e.Align {
+			c.Aligned += int64(e.Count)
+		} else {
+			c.Fillers += int64(e.Count)
+		}
+	case ledger.KindRewrite:
+		c.Kept++
+	}
 }
 
 // Direct says whether a client reading D directly (not through offsetgate) gets the same
@@ -457,13 +485,14 @@ func Replay(es []ledger.Entry) Replayed {
 }
 
 // ReplayOnto is Replay of the entries that follow a ledger prefix whose replay is r (a
-// snapshot's): the counters (Batches, Fillers, ...) then count these entries only.
+// snapshot's), counting on from r's counts.
 func ReplayOnto(r Replayed, es []ledger.Entry) Replayed {
 	r.Entries += len(es)
 	// Appends never write into the caller's arrays.
 	r.Segments = r.Segments[:len(r.Segments):len(r.Segments)]
 	r.Recent = r.Recent[:len(r.Recent):len(r.Recent)]
 	for _, e := range es {
+		r.Counts.add(e)
 		switch e.Kind {
 		case ledger.KindSegment:
 			r.Segments = append(r.Segments, Segment{Src: e.Src, Delta: e.Delta})
@@ -471,26 +500,13 @@ func ReplayOnto(r Replayed, es []ledger.Entry) Replayed {
 			r.remember(e)
 			r.Next, r.DNext = e.Last+1, e.D+int64(e.Count)
 			r.PID, r.PEpoch, r.Seq = e.PID, e.PEpoch, e.Seq+e.Count
-			switch e.Kind {
-			case ledger.KindBatch:
-				r.Batches++
+			switch {
+			case e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl:
 				r.Epoch = max(r.Epoch, e.Epoch)
-			case ledger.KindControl:
-				r.Controls++
-				r.Epoch = max(r.Epoch, e.Epoch)
-			case ledger.KindFiller:
-				if e.Align {
-					r.Aligned += int64(e.Count)
-					r.AlignTo = e.D + int64(e.Count)
-				} else {
-					r.Fillers += int64(e.Count)
-				}
-			}
-			if e.Kind == ledger.KindBatch && len(e.Raw) > 0 {
-				r.Kept++
+			case e.Align:
+				r.AlignTo = e.D + int64(e.Count)
 			}
 		case ledger.KindRewrite:
-			r.Kept++
 			r.rewrite(e)
 		case ledger.KindOwner:
 			r.Owner, r.OwnerUntil = e.Owner, e.Until

@@ -21,8 +21,9 @@ import (
 type snapshot struct {
 	V     int       `json:"v"`
 	At    int64     `json:"at"`
-	State State     `json:"state"`
-	Owner string    `json:"owner,omitempty"`
+	State  State     `json:"state"`
+	Counts Counts    `json:"counts"`
+	Owner  string    `json:"owner,omitempty"`
 	Until time.Time `json:"until,omitempty"`
 }
 
@@ -35,7 +36,7 @@ const (
 )
 
 // snapshotOf is the snapshot of a writer's state, whose ledger ends at ledger offset at.
-func snapshotOf(st State, at int64, owner string, until time.Time) snapshot {
+func snapshotOf(st State, counts Counts, at int64, owner string, until time.Time) snapshot {
 	recent := st.Recent[max(0, len(st.Recent)-snapshotRecent):]
 	st.Recent = make([]ledger.Entry, len(recent))
 	for i, e := range recent {
@@ -45,7 +46,7 @@ func snapshotOf(st State, at int64, owner string, until time.Time) snapshot {
 	// As Replay leaves them: nothing pending (a snapshot is only taken then), no resync, the
 	// cursor at the mirrored end.
 	st.Pending, st.Resync, st.Cursor = nil, false, st.Next
-	return snapshot{V: snapshotVersion, At: at, State: st, Owner: owner, Until: until}
+	return snapshot{V: snapshotVersion, At: at, State: st, Counts: counts, Owner: owner, Until: until}
 }
 
 func (s snapshot) encode() ([]byte, error) { return json.Marshal(s) }
@@ -68,5 +69,15 @@ func decodeSnapshot(b []byte) (snapshot, error) {
 
 // replayed is the snapshot as the replay of its ledger prefix.
 func (s snapshot) replayed() Replayed {
-	return Replayed{State: s.State, Owner: s.Owner, OwnerUntil: s.Until}
+	return Replayed{State: s.State, Counts: s.Counts, Owner: s.Owner, OwnerUntil: s.Until}
+}
+
+// DecodeSnapshot reads a stored snapshot (ledger.LastSnapshot's value) as the replay of the
+// ledger before ledger offset at: ReplayOnto it the entries from at on.
+func DecodeSnapshot(b []byte) (r Replayed, at int64, err error) {
+	s, err := decodeSnapshot(b)
+	if err != nil {
+		return Replayed{}, 0, err
+	}
+	return s.replayed(), s.At, nil
 }

@@ -37,6 +37,8 @@ func TestSnapshotReplaysAsTheWholeLedger(t *testing.T) {
 	s := fresh(0)
 	var all []ledger.Entry
 	var states []State
+	var counts []Counts
+	var c Counts
 	var ats []int
 	until := time.Unix(1700000000, 0).UTC()
 	for i, req := range reqs {
@@ -51,11 +53,14 @@ func TestSnapshotReplaysAsTheWholeLedger(t *testing.T) {
 		}
 		all = append(all, ledger.Entry{Kind: ledger.KindOwner, Src: -1, Owner: "a", Until: until})
 		all = append(all, p.Entries...)
-		states, ats = append(states, s), append(ats, len(all))
+		for _, e := range p.Entries {
+			c.add(e)
+		}
+		states, counts, ats = append(states, s), append(counts, c), append(ats, len(all))
 	}
 	whole := Replay(all)
 	for _, k := range []int{0, 1, 57, 700, 1300, 1498, 1499} {
-		b, err := snapshotOf(states[k], int64(ats[k]), "a", until).encode()
+		b, err := snapshotOf(states[k], counts[k], int64(ats[k]), "a", until).encode()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +92,9 @@ func sameState(got, want Replayed) string {
 	}
 	if fmt.Sprint(g.Segments) != fmt.Sprint(w.Segments) {
 		d = append(d, "segments differ")
+	}
+	if got.Counts != want.Counts {
+		d = append(d, fmt.Sprintf("counts %+v, want %+v", got.Counts, want.Counts))
 	}
 	if got.Owner != want.Owner || !got.OwnerUntil.Equal(want.OwnerUntil) || got.Halted != want.Halted {
 		d = append(d, fmt.Sprintf("owner %q until %v halted %q, want %q until %v halted %q", got.Owner, got.OwnerUntil, got.Halted, want.Owner, want.OwnerUntil, want.Halted))

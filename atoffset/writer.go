@@ -168,6 +168,7 @@ type part struct {
 	// the snapshot topic exists (this process made sure).
 	snapAt    int64
 	snapReady bool
+	counts    Counts // of the whole ledger, for snapshots
 	// app appends to the partition's ledger as the holder of its latest claim: the
 	// destination refuses the appends of an instance whose claim was taken over since.
 	app *ledger.Fenced
@@ -255,7 +256,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		}
 	}
 	p.app, p.until, p.ledgerNext = app, until, after
-	p.st, p.halted = r.State, r.Halted
+	p.st, p.halted, p.counts = r.State, r.Halted, r.Counts
 	p.aligned = 0 // deleting again below the same offset is harmless
 	// What D holds for sure is below its high watermark; entries at or beyond it may or may not
 	// be written, and are retried with their own producer values before anything new.
@@ -468,6 +469,9 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		}
 		p.ledgerNext = next
 		p.st.Apply(plan)
+		for _, e := range plan.Entries {
+			p.counts.add(e)
+		}
 		if w.cfg.OnEntries != nil && len(plan.Entries) > 0 {
 			w.cfg.OnEntries(p.tid, partition, plan.Entries)
 		}
@@ -542,7 +546,7 @@ func (w *Writer) maybeSnapshot(ctx context.Context, p *part, partition int32) {
 			}
 			p.snapReady = true
 		}
-		b, err := snapshotOf(p.st, at, w.cfg.Instance, p.until).encode()
+		b, err := snapshotOf(p.st, p.counts, at, w.cfg.Instance, p.until).encode()
 		if err != nil {
 			return err
 		}

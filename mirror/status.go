@@ -122,24 +122,13 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		}
 		for p := range t.Partitions {
 			ps := PartitionStatus{Topic: m.Topic, Partition: p, End: -1, Epoch: -1}
-			var recs []*kgo.Record
-			if _, err := rawread.Lookup(ctx, px, ledger.Topic(id), p); !errors.Is(err, kerr.UnknownTopicOrPartition) {
-				// A partition never written has no ledger topic yet.
-				if recs, err = readTopic(ctx, px, ledger.Topic(id), p); err != nil {
-					return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
-				}
+			// The same replay a writer taking the partition over starts from: the newest
+			// snapshot and the ledger after it.
+			rp, unreadable, err := replayLedger(ctx, px, id, p)
+			if err != nil {
+				return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
 			}
-			es := make([]ledger.Entry, 0, len(recs))
-			for _, r := range recs {
-				e, err := ledger.Decode(r.Value)
-				if err != nil {
-					ps.Halted = fmt.Sprintf("the ledger cannot be read at ledger offset %d: %v", r.Offset, err)
-					break
-				}
-				es = append(es, e)
-			}
-			// The same replay a writer taking the partition over starts from.
-			rp := atoffset.Replay(es)
+			ps.Halted = unreadable
 			ps.End, ps.Epoch, ps.Batches, ps.Fillers, ps.Aligned = rp.Next, rp.Epoch, rp.Batches, rp.Fillers, rp.Aligned
 			ps.Direct, ps.DirectNo = direct(rp, pxStarts, pxErr, m.Topic, p)
 			for _, sg := range rp.Segments {
@@ -167,6 +156,42 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 		return out[i].Partition < out[j].Partition
 	})
 	return out, nil
+}
+
+// replayLedger replays a mirror partition's ledger from its newest snapshot (the whole ledger
+// without one), as a writer's takeover does. unreadable says where the ledger stops being
+// readable, if it does: the replay then covers what comes before.
+func replayLedger(ctx context.Context, px *kgo.Client, id string, p int32) (atoffset.Replayed, string, error) {
+	r := atoffset.Replay(nil)
+	if _, err := rawread.Lookup(ctx, px, ledger.Topic(id), p); errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return r, "", nil // a partition never written has no ledger topic yet
+	}
+	from := int64(0)
+	if b, err := ledger.New(px).LastSnapshot(ctx, id, p); err == nil && b != nil {
+		if sr, at, err := atoffset.DecodeSnapshot(b); err == nil {
+			r, from = sr, at
+		}
+	}
+	recs, end, err := rawread.Records(ctx, px, ledger.Topic(id), p, from)
+	if err == nil && from > 0 && end < from {
+		// A snapshot beyond the ledger's end is not of this ledger.
+		r, from = atoffset.Replay(nil), 0
+		recs, _, err = rawread.Records(ctx, px, ledger.Topic(id), p, 0)
+	}
+	if err != nil {
+		return r, "", err
+	}
+	es := make([]ledger.Entry, 0, len(recs))
+	unreadable := ""
+	for _, rec := range recs {
+		e, err := ledger.Decode(rec.Value)
+		if err != nil {
+			unreadable = fmt.Sprintf("the ledger cannot be read at ledger offset %d: %v", rec.Offset, err)
+			break
+		}
+		es = append(es, e)
+	}
+	return atoffset.ReplayOnto(r, es), unreadable, nil
 }
 
 // direct is whether clients can read the mirror partition on D directly (Replayed.Direct),
