@@ -104,6 +104,12 @@ func (p *Partition) Loaded() bool { return p != nil && p.loaded.Load() }
 
 // add appends ledger entries the index does not hold yet (entries arrive in destination
 // order; ones already known, from the writer of this process or an earlier read, are skipped).
+// The index is a gapless prefix of the ledger's data entries, whose destination ranges follow
+// each other: an entry that starts past the index's end (the writer of this process handed
+// over entries after ones the index never saw: a ledger append whose answer was lost landed,
+// and the writer retried it after reading it back) is not taken, and the index is marked stale
+// so the next request reads the ledger's tail, in order, first. Taking it would leave the
+// missed entries out for good: they would then look already known.
 func (p *Partition) add(es []ledger.Entry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -117,6 +123,9 @@ func (p *Partition) add(es []ledger.Entry) {
 		}
 		if n := len(p.entries); n > 0 && le.D < p.entries[n-1].end() {
 			continue
+		} else if n > 0 && le.D > p.entries[n-1].end() {
+			p.stale.Store(true)
+			return
 		}
 		e := Entry{D: le.D, Src: le.Src, Last: le.Last, Count: le.Count, Filler: le.Kind == ledger.KindFiller}
 		if !e.Filler {

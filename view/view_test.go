@@ -113,6 +113,35 @@ func TestAtAndDedup(t *testing.T) {
 	}
 }
 
+// Entries handed over past the index's end (a gap: the index never saw the entries between)
+// are not taken; the index asks for a read of the ledger's tail, which fills the gap in order.
+// Found by the fault campaign: a ledger append whose answer was lost landed, the writer retried
+// its data after reading the ledger back, and the next write's entries reached the index first.
+func TestAddLeavesNoGap(t *testing.T) {
+	es := []ledger.Entry{
+		{Kind: ledger.KindSegment, Src: 0},
+		{Kind: ledger.KindBatch, Src: 0, Last: 9, D: 0, Count: 10, Epoch: 1},
+		{Kind: ledger.KindControl, Src: 10, Last: 10, D: 10, Count: 1, Epoch: 1, Marker: ledger.MarkerCommit, Raw: []byte{1}},
+		{Kind: ledger.KindBatch, Src: 11, Last: 12, D: 11, Count: 2, Epoch: 1},
+	}
+	p := NewPartition(es[:2])
+	p.add(es[3:]) // the marker at D 10 was never handed over
+	if p.Len() != 1 || !p.NeedsRefresh() {
+		t.Fatalf("after a gap: %d entries, refresh asked %v; want the entry left out and a refresh", p.Len(), p.NeedsRefresh())
+	}
+	p.stale.Store(false) // what the refresh does before reading the ledger's tail
+	p.add(es)            // the ledger's tail, in order
+	if p.Len() != 3 || p.NeedsRefresh() {
+		t.Fatalf("after the ledger's tail: %d entries, refresh asked %v", p.Len(), p.NeedsRefresh())
+	}
+	if e, ok := p.At(10); !ok || !e.Control || e.Src != 10 {
+		t.Fatalf("At(10) = %+v, %v: want the marker", e, ok)
+	}
+	if got := p.ToSource(11); got != 11 {
+		t.Fatalf("ToSource(11) = %d, want 11", got)
+	}
+}
+
 // Entries below D's log start are dropped in bulk; what a client can still read maps as
 // before, epochs are kept, and the last entry always stays.
 func TestTrimBelow(t *testing.T) {
