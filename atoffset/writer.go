@@ -456,6 +456,8 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 				w.log.Warn("mirror partition taken over by another instance", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
 				return Result{Code: ErrRetriable, Msg: "offsetgate: another offsetgate instance took the partition over; nothing was written: " + err.Error()}
 			}
+			w.log.Warn("ledger append failed: the partition is read again before its next write", zap.String("topic", p.topic),
+				zap.Int32("partition", partition), zap.Error(err))
 			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}
 		}
 		if base != p.ledgerNext {
