@@ -32,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 	m.snaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_mirror_snapshots_total",
 		Help: "Snapshots of mirror partitions' state written (a takeover reads the newest and the ledger after it), by topic."}, []string{"topic"})
 	m.loads = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "offsetgate_mirror_partition_load_seconds",
-		Help: "Time to take a mirror partition over (snapshot, ledger tail, claim), by whether a snapshot was used.",
+		Help:    "Time to take a mirror partition over (snapshot, ledger tail, claim), by whether a snapshot was used.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"snapshot"})
 	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads)
 	return m

@@ -19,12 +19,12 @@ import (
 // the newest snapshotRecent entries, without kept batches (Raw): planning compares a resent
 // batch with an entry's fields only, and older batches are found through Config.Find.
 type snapshot struct {
-	V     int       `json:"v"`
-	At    int64     `json:"at"`
+	V      int       `json:"v"`
+	At     int64     `json:"at"`
 	State  State     `json:"state"`
 	Counts Counts    `json:"counts"`
 	Owner  string    `json:"owner,omitempty"`
-	Until time.Time `json:"until,omitempty"`
+	Until  time.Time `json:"until,omitempty"`
 }
 
 const (
