@@ -104,9 +104,22 @@ func (s *Server) serveNet(c net.Conn, ln *listener, node int32) {
 		}
 	})
 	nc.toUp = newOutQueue(0, nil, nc.acct.addIn)
+	// A connection whose TLS handshake ended after shutdown listed the connections to close
+	// would never be closed (its session could wait for good, and Run with it): registering
+	// and the draining check happen under the lock shutdown lists them under.
 	s.mu.Lock()
-	s.conns[nc] = struct{}{}
+	draining := s.draining.Load()
+	if !draining {
+		s.conns[nc] = struct{}{}
+	}
 	s.mu.Unlock()
+	if draining {
+		nc.sess.Close()
+		c.Close()
+		nc.cancel()
+		closed("server", errShutdown)
+		return
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, nc)
