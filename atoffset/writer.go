@@ -71,11 +71,13 @@ type Config struct {
 	Dial func(ctx context.Context, addr string) (*wire.Conn, error)
 	// OnEntries, when set, hears every batch of entries once it is in the ledger, so the
 	// source view of this process follows without reading them back.
-	OnEntries func(id catalog.TopicID, partition int32, es []ledger.Entry)
+	// first is the ledger offset of es[0]; the others follow it.
+	OnEntries func(id catalog.TopicID, partition int32, first int64, es []ledger.Entry)
 	// Find, when set, looks up a mirrored batch by source offset beyond the entries a
 	// partition keeps in memory (the source view holds them all): a compacted source is sent
 	// again from its log start to record what its cleaner changed.
-	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool)
+	// An error (the history could not be read) refuses the write, retriably.
+	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool, error)
 	// SnapshotEvery is how many ledger entries a partition's writer appends between two
 	// snapshots of its state (a takeover reads the newest and the ledger after it). 0: the
 	// default (DefaultSnapshotEvery); negative: never (a takeover reads the whole ledger).
@@ -84,7 +86,8 @@ type Config struct {
 	// appended (tests pause an instance there).
 	BeforeAppend func(topic string, partition int32)
 	// Between, when set, lists the mirrored batches starting in [from, to) (Options.Between).
-	Between func(id catalog.TopicID, partition int32, from, to int64) []ledger.Entry
+	// An error refuses the write, retriably.
+	Between func(id catalog.TopicID, partition int32, from, to int64) ([]ledger.Entry, error)
 }
 
 // pipelineDepth is how many batches of one partition are in flight at once.
@@ -411,11 +414,26 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}
 	}
 	o := Options{MaxFill: w.cfg.MaxFill, Align: w.cfg.Align, Compacted: p.compacted, HasFrom: from >= 0, From: from}
+	// The planner does no I/O and cannot fail on a lookup: the first lookup error is kept and
+	// refuses the plan, which is never carried out on a history that could not be read.
+	var lookErr error
 	if w.cfg.Find != nil {
-		o.Find = func(src int64) (ledger.Entry, bool) { return w.cfg.Find(p.tid, partition, src) }
+		o.Find = func(src int64) (ledger.Entry, bool) {
+			e, ok, err := w.cfg.Find(p.tid, partition, src)
+			if err != nil && lookErr == nil {
+				lookErr = err
+			}
+			return e, ok
+		}
 	}
 	if w.cfg.Between != nil {
-		o.Between = func(from, to int64) []ledger.Entry { return w.cfg.Between(p.tid, partition, from, to) }
+		o.Between = func(from, to int64) []ledger.Entry {
+			es, err := w.cfg.Between(p.tid, partition, from, to)
+			if err != nil && lookErr == nil {
+				lookErr = err
+			}
+			return es
+		}
 	}
 	plan := p.st.Plan(sets, hs, o)
 	if plan.Refusal.Code == ErrOutOfOrder && len(p.st.Pending) > 0 {
@@ -427,6 +445,9 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 				zap.Int64("high_watermark", hwm), zap.Int("still_pending", len(p.st.Pending)))
 			plan = p.st.Plan(sets, hs, o)
 		}
+	}
+	if lookErr != nil {
+		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + lookErr.Error()}
 	}
 	if plan.Refusal.Code != 0 {
 		return plan.Refusal
@@ -475,7 +496,7 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 			p.counts.add(e)
 		}
 		if w.cfg.OnEntries != nil && len(plan.Entries) > 0 {
-			w.cfg.OnEntries(p.tid, partition, plan.Entries)
+			w.cfg.OnEntries(p.tid, partition, base+int64(len(entries)-len(plan.Entries)), plan.Entries)
 		}
 	}
 

@@ -268,23 +268,42 @@ func (l *Ledger) Read(ctx context.Context, topicID string, partition int32) ([]E
 }
 
 // ReadFrom returns the entries of a partition's ledger from ledger offset from up to its high
-// watermark, and the ledger offset to read from next time (rawread.Records: raw fetches from
-// the leader with offsetgate's own client). An entry it cannot decode stops the read with the
-// partition, the ledger offset and the reason: a write-ahead ledger that skipped what it
-// cannot read would serve and write on a guess.
+// watermark, and the ledger offset to read from next time (Scan, collected).
 func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, from int64) ([]Entry, int64, error) {
-	topic := Topic(topicID)
-	recs, next, err := rawread.Records(ctx, l.cl, topic, partition, from)
-	if err != nil {
-		return nil, from, fmt.Errorf("ledger: %w", err)
-	}
-	out := make([]Entry, 0, len(recs))
-	for _, r := range recs {
-		e, err := Decode(r.Value)
-		if err != nil {
-			return nil, from, fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
-		}
+	var out []Entry
+	next, err := l.Scan(ctx, topicID, partition, from, -1, func(_ int64, e Entry) error {
 		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, from, err
 	}
 	return out, next, nil
+}
+
+// Scan hands the entries of a partition's ledger from ledger offset from up to to (exclusive;
+// -1: its high watermark) to fn with their ledger offsets, one fetch at a time (rawread.Each:
+// raw fetches from the leader with offsetgate's own client), and returns the ledger offset to
+// read from next time. An entry it cannot decode stops the read with the partition, the ledger
+// offset and the reason: a write-ahead ledger that skipped what it cannot read would serve and
+// write on a guess. An error of fn stops the read and is returned as it is.
+func (l *Ledger) Scan(ctx context.Context, topicID string, partition int32, from, to int64, fn func(offset int64, e Entry) error) (int64, error) {
+	topic := Topic(topicID)
+	var fnErr error
+	next, err := rawread.Each(ctx, l.cl, topic, partition, from, to, func(r *kgo.Record) error {
+		e, err := Decode(r.Value)
+		if err != nil {
+			fnErr = fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
+		} else {
+			fnErr = fn(r.Offset, e)
+		}
+		return fnErr
+	})
+	switch {
+	case fnErr != nil:
+		return from, fnErr
+	case err != nil:
+		return from, fmt.Errorf("ledger: %w", err)
+	}
+	return next, nil
 }

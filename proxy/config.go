@@ -69,6 +69,12 @@ type Config struct {
 	// the newest snapshot and the ledger after it instead of the whole ledger. Default 10000;
 	// -1: never.
 	SnapshotEvery int64 `yaml:"snapshot_every"`
+	// ViewMemoryMB bounds, in MiB, the source view's index pages kept in memory (the source
+	// header fields of every mirrored batch, which consumers' fetches are served with) beyond
+	// the page each mirror partition is filling; the least recently used pages beyond it are
+	// dropped and read back from the ledger when a consumer reaches them. Default 256; -1:
+	// unbounded.
+	ViewMemoryMB int64 `yaml:"view_memory_mb"`
 	// OwnershipLease is how long this instance's claim on a mirror partition it writes holds
 	// without renewal (renewed by writing); another instance is refused until it runs out.
 	// Default 30s; at least 1s.
@@ -263,6 +269,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotEvery < -1 {
 		bad("snapshot_every", "must be -1 (never), 0 (the default, 10000) or a number of ledger entries")
+	}
+	if c.ViewMemoryMB < -1 {
+		bad("view_memory_mb", "must be -1 (unbounded), 0 (the default, 256) or a number of MiB")
 	}
 	if c.AlignMax < -1 {
 		bad("align_max", "must be -1 (never align), 0 (the default, 1000000) or a number of offsets")

@@ -200,7 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 		instance = host + "/" + s.cfg.BootstrapListen()
 	}
 	st, err := state.Open(ctx, runCtx, state.Config{ClientOpts: append(opts, kgo.SeedBrokers(s.cfg.Bootstrap...)), Instance: instance,
-		MaxFill: s.cfg.MaxFill, Align: s.cfg.AlignMax, SnapshotEvery: s.cfg.SnapshotEvery, Lease: s.cfg.OwnershipLease, Dial: s.dialOwn, BeforeAppend: s.cfg.BeforeLedgerAppend, Metrics: s.reg, Log: s.log})
+		MaxFill: s.cfg.MaxFill, Align: s.cfg.AlignMax, SnapshotEvery: s.cfg.SnapshotEvery, ViewMemory: viewMemory(s.cfg.ViewMemoryMB), Lease: s.cfg.OwnershipLease, Dial: s.dialOwn, BeforeAppend: s.cfg.BeforeLedgerAppend, Metrics: s.reg, Log: s.log})
 	if err != nil {
 		return fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
 	}
@@ -565,4 +565,13 @@ func (s *Server) adminHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// viewMemory is the source view's page budget in bytes for view_memory_mb (0: the default;
+// -1: unbounded).
+func viewMemory(mb int64) int64 {
+	if mb <= 0 {
+		return mb
+	}
+	return mb << 20
 }

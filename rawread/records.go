@@ -16,18 +16,34 @@ import (
 var decompressor = kgo.DefaultDecompressor()
 
 // Records reads a partition's records from offset from up to its high watermark at the time
-// of the call, and returns them with the offset to read from next time. It fetches raw batches
-// from the leader with the caller's client, so a reader that follows a partition's tail costs
-// one small request, not a consumer client of its own. Transient errors (no leader yet, a topic
-// created a moment ago) are retried for about six seconds.
+// of the call, and returns them with the offset to read from next time (Each, collected).
 func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64) ([]*kgo.Record, int64, error) {
 	var out []*kgo.Record
+	next, err := Each(ctx, cl, topic, partition, from, -1, func(r *kgo.Record) error {
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, from, err
+	}
+	return out, next, nil
+}
+
+// Each hands a partition's records from offset from up to offset to (exclusive; -1: the high
+// watermark at the time of the call) to fn, in order, one fetch's worth at a time, so a reader
+// of a long partition holds one fetch in memory, not the partition. It returns the offset to
+// read from next time. It fetches raw batches from the leader with the caller's client, so a
+// reader that follows a partition's tail costs one small request, not a consumer client of its
+// own. Transient errors (no leader yet, a topic created a moment ago) are retried for about six
+// seconds; an error of fn stops the read and is returned as it is.
+func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
 	var last error
+	done := func(hwm int64) bool { return from >= hwm || (to >= 0 && from >= to) }
 	for attempt := 0; attempt < 60; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, from, fmt.Errorf("reading %s[%d]: %w", topic, partition, ctx.Err())
+				return from, fmt.Errorf("reading %s[%d]: %w", topic, partition, ctx.Err())
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
@@ -65,15 +81,15 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 				var ke *kerr.Error
 				if errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.OffsetOutOfRange) {
 					// A refusal (an identity not allowed to read the topic) stays one.
-					return nil, from, fmt.Errorf("reading %s[%d]: %w", topic, partition, err)
+					return from, fmt.Errorf("reading %s[%d]: %w", topic, partition, err)
 				}
 				if errors.Is(err, kerr.OffsetOutOfRange) && from < p.LogStartOffset {
 					from = p.LogStartOffset // retention removed the start: read what is left
 				}
 				break
 			}
-			if from >= p.HighWatermark {
-				return out, from, nil
+			if done(p.HighWatermark) {
+				return from, nil
 			}
 			fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: from, Topic: topic, Partition: partition,
 				IsolationLevel: kgo.ReadUncommitted()}, p, decompressor, nil)
@@ -82,7 +98,12 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 				break
 			}
 			for _, r := range fp.Records {
-				out = append(out, r)
+				if to >= 0 && r.Offset >= to {
+					return to, nil
+				}
+				if err := fn(r); err != nil {
+					return from, err
+				}
 				from = r.Offset + 1
 			}
 			// Batches with no record to hand out (control batches, or records compacted away)
@@ -92,8 +113,8 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 					from = max(from, h.LastOffset()+1)
 				}
 			}
-			if from >= p.HighWatermark {
-				return out, from, nil
+			if done(p.HighWatermark) {
+				return from, nil
 			}
 			if len(fp.Records) == 0 {
 				last = fmt.Errorf("no progress at offset %d (high watermark %d)", from, p.HighWatermark)
@@ -101,5 +122,5 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 			}
 		}
 	}
-	return nil, from, fmt.Errorf("reading %s[%d]: %w", topic, partition, last)
+	return from, fmt.Errorf("reading %s[%d]: %w", topic, partition, last)
 }

@@ -116,7 +116,7 @@ func produceNeeds(_ *Session, r *request) needs {
 				continue
 			}
 			for _, p := range t.Partitions {
-				parts = append(parts, mirrorPart{*info, p.Partition})
+				parts = append(parts, mirrorPart{t: *info, partition: p.Partition})
 			}
 		}
 		return parts, nil

@@ -80,8 +80,13 @@ func rewriteFetchAt(s *Session, version int16, body []byte, committed bool) ([]b
 				if p.ErrorCode == 0 {
 					pv.TrimBelow(p.LogStartOffset) // D's retention removed what lies below
 				}
-				if !restorePartition(pv, p, info.Mark == nil, committed) {
-					s.noteStale(mirrorPart{*info, p.Partition})
+				switch fresh, cold := restore(pv, p, info.Mark == nil, committed); {
+				case !fresh:
+					s.noteStale(mirrorPart{t: *info, partition: p.Partition})
+				case cold >= 0:
+					// The index page of the next batch is out of memory: it is read back
+					// before this partition's next fetch is forwarded.
+					s.noteStale(mirrorPart{t: *info, partition: p.Partition, at: cold, hasAt: true})
 				}
 			}
 		}
@@ -118,14 +123,33 @@ func fetchTopics(r *request) []namedTopic {
 // fetchNeeds: every topic a fetch names must be known (its mark read up to date) before the
 // request is forwarded, mirror topics or not yet: a mirror topic created through another
 // instance a moment ago must not be served with the destination's offsets. The views of the
-// mirror partitions named are loaded, and so are those whose index fell behind in an earlier
+// mirror partitions named are loaded, with the index page where each fetch starts in memory,
+// and so are those whose index fell behind or ran into a page out of memory in an earlier
 // answer, named or not (an incremental session keeps fetching them at the same offset).
 func fetchNeeds(s *Session, r *request) needs {
 	n := namedNeeds(fetchTopics(r))
 	stale := append([]mirrorPart(nil), s.staleFetch...)
-	named := n.views
 	n.views = func(s *Session) ([]mirrorPart, []catalog.Topic) {
-		parts, _ := named(s)
+		if !s.mirrorsOn() {
+			return stale, nil
+		}
+		req := r.req.(*kmsg.FetchRequest)
+		var parts []mirrorPart
+		for _, t := range req.Topics {
+			name, id := t.Topic, t.TopicID
+			if r.h.version >= 13 {
+				name = ""
+			} else {
+				id = catalog.TopicID{}
+			}
+			info := s.topicOf(name, id)
+			if info == nil {
+				continue
+			}
+			for _, p := range t.Partitions {
+				parts = append(parts, mirrorPart{t: *info, partition: p.Partition, at: p.FetchOffset, hasAt: true, atSrc: true})
+			}
+		}
 		return append(parts, stale...), nil
 	}
 	return n
@@ -237,6 +261,15 @@ func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal, c
 // answer (committed) stops before the last stable offset and names the aborted transactions of
 // what it serves, as the source's broker does.
 func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, committed bool) bool {
+	fresh, _ := restore(pv, p, promoted, committed)
+	return fresh
+}
+
+// restore is restorePartition, and says where the records served stop for want of an index
+// page out of memory (the destination offset of the first batch not served; -1: they do not).
+// The page is read back before the next fetch of the partition, which starts there.
+func restore(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, committed bool) (fresh bool, cold int64) {
+	cold = -1
 	p.HighWatermark = pv.ToSource(p.HighWatermark)
 	p.LogStartOffset = pv.ToSource(p.LogStartOffset)
 	// D's own last stable offset is its high watermark for what was mirrored (no transaction
@@ -259,7 +292,7 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 	recs := p.RecordBatches
 	var out []byte // nil while the kept batches are one run from the start
 	keptEnd, off := 0, 0
-	fresh := true
+	fresh = true
 	servedFrom, servedTo := int64(-1), int64(-1) // source offsets of what is served
 	served := func(first, last int64) {
 		if servedFrom < 0 {
@@ -292,6 +325,10 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			}
 			continue
 		}
+		if !ok && pv.Cold(h.BaseOffset) {
+			cold = h.BaseOffset
+			break
+		}
 		if !ok {
 			// D holds a batch the index has not seen yet: serve what comes before it and
 			// refresh the index before this partition's next fetch.
@@ -308,7 +345,7 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			// over it would turn a marker into a record that never existed: serve nothing of
 			// this partition and say the storage is bad.
 			p.RecordBatches, p.ErrorCode = nil, rules.ErrHalted
-			return true
+			return true, -1
 		}
 		off += h.Size()
 		if len(e.Raw) > 0 {
@@ -350,13 +387,17 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 			p.AbortedTransactions = append(p.AbortedTransactions, at)
 		}
 	}
-	return fresh
+	return fresh, cold
 }
 
-// noteStale remembers a mirror partition whose index must be refreshed before the next fetch.
+// noteStale remembers a mirror partition whose index must be refreshed, or whose index page at
+// an offset read back, before the next fetch.
 func (s *Session) noteStale(p mirrorPart) {
-	for _, q := range s.staleFetch {
+	for i, q := range s.staleFetch {
 		if q.t.ID == p.t.ID && q.partition == p.partition {
+			if p.hasAt {
+				s.staleFetch[i].at, s.staleFetch[i].atSrc, s.staleFetch[i].hasAt = p.at, p.atSrc, true
+			}
 			return
 		}
 	}

@@ -34,7 +34,7 @@ var deleteRecordsHandler = handler{
 			for _, t := range req.Topics {
 				if m := s.mark(t.Topic); m != nil {
 					for _, p := range t.Partitions {
-						parts = append(parts, mirrorPart{*m, p.Partition})
+						parts = append(parts, mirrorPart{t: *m, partition: p.Partition})
 					}
 				}
 			}
@@ -61,7 +61,7 @@ func deleteRecordsDecide(s *Session, r *request) error {
 				code, msg = rules.ErrPolicyViolation, "offsetgate: "+t.Topic+" is a mirror topic; only its mirroring client may move its log start"
 			} else if s.cfg.View != nil {
 				for _, p := range t.Partitions {
-					translate = append(translate, mirrorPart{*s.mark(t.Topic), p.Partition})
+					translate = append(translate, mirrorPart{t: *s.mark(t.Topic), partition: p.Partition})
 				}
 			}
 		}

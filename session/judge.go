@@ -126,7 +126,11 @@ func (s *Session) satisfied(n needs) bool {
 		return false
 	}
 	for _, p := range parts {
-		if pv := s.cfg.View.Get(p.t.ID, p.partition); pv == nil || pv.NeedsRefresh() {
+		pv := s.cfg.View.Get(p.t.ID, p.partition)
+		if pv == nil || pv.NeedsRefresh() {
+			return false
+		}
+		if d, ok := p.page(pv); ok && !pv.Resident(d) {
 			return false
 		}
 	}
@@ -219,11 +223,18 @@ func load(ctx context.Context, v View, parts []mirrorPart, topics []catalog.Topi
 		if pv := v.Get(p.t.ID, p.partition); refresh && pv != nil {
 			pv.Stale()
 		}
-		if pv := v.Get(p.t.ID, p.partition); pv != nil && !pv.NeedsRefresh() {
-			continue
+		pv := v.Get(p.t.ID, p.partition)
+		if pv == nil || pv.NeedsRefresh() {
+			var err error
+			if pv, err = v.Load(ctx, p.t, p.partition); err != nil {
+				failed = err
+				continue
+			}
 		}
-		if _, err := v.Load(ctx, p.t, p.partition); err != nil {
-			failed = err
+		if d, ok := p.page(pv); ok {
+			if err := pv.LoadAt(ctx, d); err != nil {
+				failed = err
+			}
 		}
 	}
 	if err := v.LoadTopics(ctx, topics); err != nil {
@@ -284,7 +295,7 @@ func namedNeeds(topics []namedTopic) needs {
 		for _, t := range topics {
 			if info := s.topicOf(t.name, t.id); info != nil {
 				for _, p := range t.parts {
-					parts = append(parts, mirrorPart{*info, p})
+					parts = append(parts, mirrorPart{t: *info, partition: p})
 				}
 			}
 		}

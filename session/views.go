@@ -17,6 +17,22 @@ type partKey struct {
 type mirrorPart struct {
 	t         catalog.Topic
 	partition int32
+	// hasAt: the index page holding offset at must be in memory before the request is
+	// decided, at being a source offset (atSrc: where a fetch starts) or a destination one
+	// (where an answer stopped for want of the page).
+	at           int64
+	hasAt, atSrc bool
+}
+
+// page is the destination offset whose index page the request needs in memory, if any.
+func (m mirrorPart) page(pv *view.Partition) (int64, bool) {
+	switch {
+	case !m.hasAt:
+		return 0, false
+	case m.atSrc:
+		return pv.ToDest(m.at), true
+	}
+	return m.at, true
 }
 
 // mirrorsOn reports whether any mirror topic exists, so requests that could only matter for

@@ -37,6 +37,9 @@ type Config struct {
 	Align int64
 	// SnapshotEvery is atoffset.Config's (zero: 10000; negative: never).
 	SnapshotEvery int64
+	// ViewMemory bounds the source view's cached index pages, in bytes (view.New: zero, the
+	// default; negative, unbounded).
+	ViewMemory int64
 	// BeforeAppend is atoffset.Config's test seam.
 	BeforeAppend func(topic string, partition int32)
 	// Lease is how long an ownership claim holds without renewal (atoffset.Config; zero: 30s).
@@ -94,33 +97,38 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		return nil, err
 	}
 	st.Ledger = ledger.New(st.cl)
-	st.View = view.New(run, st.Ledger, st.cl, cfg.Log.Named("view"))
+	st.View = view.New(run, st.Ledger, st.cl, cfg.Log.Named("view"), cfg.ViewMemory)
+	if cfg.Metrics != nil {
+		view.RegisterMetrics(cfg.Metrics, st.View)
+	}
 	// Warm every mirror topic's source view, so the first requests for them do not wait.
 	st.View.Prefetch(cat.Mirrors())
 	// A batch sent again from a compacted source's log start is compared with what the source
 	// view holds of it (the writer keeps only the latest entries in memory).
-	partView := func(id catalog.TopicID, partition int32) *view.Partition {
+	partView := func(id catalog.TopicID, partition int32) (*view.Partition, error) {
 		pv := st.View.Get(id, partition)
 		if pv == nil || pv.NeedsRefresh() {
-			t, _ := cat.ByID(id)
-			var err error
-			if pv, err = st.View.Load(run, t, partition); err != nil {
-				return nil
+			t, ok := cat.ByID(id)
+			if !ok {
+				return nil, fmt.Errorf("source view: mirror topic %s is not known", catalog.IDString(id))
 			}
+			return st.View.Load(run, t, partition)
 		}
-		return pv
+		return pv, nil
 	}
-	find := func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool) {
-		if pv := partView(id, partition); pv != nil {
-			return pv.BySrc(src)
+	find := func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool, error) {
+		pv, err := partView(id, partition)
+		if err != nil {
+			return ledger.Entry{}, false, err
 		}
-		return ledger.Entry{}, false
+		return pv.BySrc(run, src)
 	}
-	between := func(id catalog.TopicID, partition int32, from, to int64) []ledger.Entry {
-		if pv := partView(id, partition); pv != nil {
-			return pv.Batches(from, to)
+	between := func(id catalog.TopicID, partition int32, from, to int64) ([]ledger.Entry, error) {
+		pv, err := partView(id, partition)
+		if err != nil {
+			return nil, err
 		}
-		return nil
+		return pv.Batches(run, from, to)
 	}
 	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))

@@ -142,10 +142,10 @@ func TestAddLeavesNoGap(t *testing.T) {
 	}
 }
 
-// Entries below D's log start are dropped in bulk; what a client can still read maps as
-// before, epochs are kept, and the last entry always stays.
+// Entries below D's log start are dropped in whole pages; what a client can still read maps as
+// before, epochs are kept, and the last page always stays.
 func TestTrimBelow(t *testing.T) {
-	const n = 3 * trimMin
+	const n = 12 * pageSize
 	es := []ledger.Entry{{Kind: ledger.KindSegment, Src: 1000, Delta: 1000}}
 	for i := int64(0); i < n; i++ {
 		epoch := int32(1)
@@ -161,15 +161,15 @@ func TestTrimBelow(t *testing.T) {
 	}
 	full, p := NewPartition(es), NewPartition(es)
 
-	if got := p.TrimBelow(10 * (trimMin - 1)); got != 0 {
-		t.Fatalf("dropped %d entries below %d: fewer than trimMin should wait", got, 10*(trimMin-1))
+	if got := p.TrimBelow(10 * (pageSize - 1)); got != 0 {
+		t.Fatalf("dropped %d entries below %d: no whole page lies below", got, 10*(pageSize-1))
 	}
-	logStart := int64(10*trimMin + 5) // inside entry trimMin
-	if got := p.TrimBelow(logStart); got != trimMin {
-		t.Fatalf("dropped %d entries, want %d", got, trimMin)
+	logStart := int64(10*3*pageSize + 5) // inside the first entry of the fourth page
+	if got := p.TrimBelow(logStart); got != 3*pageSize {
+		t.Fatalf("dropped %d entries, want %d", got, 3*pageSize)
 	}
-	if p.Len() != n-trimMin {
-		t.Fatalf("%d entries left, want %d", p.Len(), n-trimMin)
+	if p.Len() != n-3*pageSize {
+		t.Fatalf("%d entries left, want %d", p.Len(), n-3*pageSize)
 	}
 	for d := logStart; d < 10*n+20; d += 3 {
 		if a, b := p.ToSource(d), full.ToSource(d); a != b {
@@ -190,10 +190,10 @@ func TestTrimBelow(t *testing.T) {
 			t.Fatalf("EpochEnd(%d) = %d,%d after the trim, %d,%d before", epoch, e1, o1, e2, o2)
 		}
 	}
-	// Everything below: the last entry stays.
+	// Everything below: the last page stays.
 	p.TrimBelow(10*n + 100)
-	if p.Len() != 1 || p.DestEnd() != full.DestEnd() || p.End() != full.End() {
-		t.Fatalf("after trimming past the end: %d entries, ends %d/%d (want 1, %d/%d)", p.Len(), p.DestEnd(), p.End(), full.DestEnd(), full.End())
+	if p.Len() != pageSize || p.DestEnd() != full.DestEnd() || p.End() != full.End() {
+		t.Fatalf("after trimming past the end: %d entries, ends %d/%d (want %d, %d/%d)", p.Len(), p.DestEnd(), p.End(), pageSize, full.DestEnd(), full.End())
 	}
 }
 
