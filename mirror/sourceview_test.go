@@ -32,9 +32,17 @@ func (e *env) plain(t testing.TB) string {
 
 // plainServer is plain, with the server (for its metrics).
 func (e *env) plainServer(t testing.TB) (string, *proxy.Server) {
+	return e.plainServerWith(t, nil)
+}
+
+// plainServerWith is plainServer with a configuration changed by mutate (when not nil).
+func (e *env) plainServerWith(t testing.TB, mutate func(*proxy.Config)) (string, *proxy.Server) {
 	t.Helper()
 	base := freeBase(t)
 	cfg := proxy.Config{Listen: "127.0.0.1:" + strconv.Itoa(base), Bootstrap: e.pair.Dest.Addrs(), InstanceID: "consumers"}
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	srv, err := proxy.New(cfg, zaptest.NewLogger(t, zaptestLevel(t)))
 	if err != nil {
 		t.Fatal(err)
