@@ -273,4 +273,9 @@ func TestTakeoverEndToEnd(t *testing.T) {
 	if len(rep.Runs) != 2 || rep.Runs[0].FromSnapshot || !rep.Runs[1].FromSnapshot {
 		t.Fatalf("runs %+v: want the whole ledger first, then a snapshot", rep.Runs)
 	}
+	// The views: every entry found (RunTakeover checks each); the unbounded one never reads a
+	// page back, the bounded ones fit this ledger (12,000 entries, about 1.4 MiB) whole.
+	if len(rep.Views) != 3 || rep.Views[0].PagesRead != 0 {
+		t.Fatalf("views %+v", rep.Views)
+	}
 }

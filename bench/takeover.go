@@ -23,6 +23,7 @@ import (
 	"offsetgate/catalog"
 	"offsetgate/internal/testkafka"
 	"offsetgate/ledger"
+	"offsetgate/view"
 )
 
 // TakeoverConfig sizes the takeover benchmark.
@@ -45,11 +46,25 @@ type TakeoverRun struct {
 	FromSnapshot bool `json:"from_snapshot"`
 }
 
+// ViewRun is one source view of the partition, built from its ledger with a page budget, then
+// walked from the first batch to the last as a consumer reading the whole history would (every
+// batch's entry looked up, cold pages read back).
+type ViewRun struct {
+	Name         string  `json:"name"`
+	BudgetMiB    float64 `json:"budget_mib"` // negative: unbounded
+	LoadSeconds  float64 `json:"load_seconds"`
+	WalkSeconds  float64 `json:"walk_seconds"`
+	PeakHeapMiB  float64 `json:"peak_heap_mib"`
+	AfterHeapMiB float64 `json:"after_heap_mib"` // with the view kept, after a collection
+	PagesRead    int64   `json:"pages_read"`
+}
+
 // TakeoverReport is the benchmark's result.
 type TakeoverReport struct {
 	Entries       int           `json:"entries"`
 	GenerateSecs  float64       `json:"generate_seconds"`
 	Runs          []TakeoverRun `json:"runs"`
+	Views         []ViewRun     `json:"views"`
 	SnapshotEvery int64         `json:"snapshot_every"`
 }
 
@@ -112,7 +127,103 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*TakeoverReport, erro
 		logf("takeover %-12s %7.2fs, peak heap %7.1f MiB, after %6.1f MiB, from a snapshot: %v", name, run.Seconds, run.PeakHeapMiB, run.AfterHeapMiB, run.FromSnapshot)
 		rep.Runs = append(rep.Runs, run)
 	}
+	for _, b := range []struct {
+		name   string
+		budget int64
+	}{{"unbounded", -1}, {"default", view.DefaultMemory}, {"16 MiB", 16 << 20}} {
+		run, err := viewRun(ctx, cl, l, topic, cfg.Entries+len(rep.Runs), b.name, b.budget) // one batch each writer wrote
+		if err != nil {
+			return rep, fmt.Errorf("view %s: %w", b.name, err)
+		}
+		logf("view %-10s load %7.2fs, walk %7.2fs, peak heap %7.1f MiB, after %6.1f MiB, pages read back %d", b.name,
+			run.LoadSeconds, run.WalkSeconds, run.PeakHeapMiB, run.AfterHeapMiB, run.PagesRead)
+		rep.Views = append(rep.Views, run)
+	}
 	return rep, nil
+}
+
+// viewRun builds the partition's source view with a page budget and walks it, measured.
+func viewRun(ctx context.Context, cl *kgo.Client, l *ledger.Ledger, topic catalog.Topic, n int, name string, budget int64) (ViewRun, error) {
+	m := startHeap()
+	v := view.New(ctx, l, cl, zap.NewNop(), budget)
+	start := time.Now()
+	pv, err := v.Load(ctx, topic, 0)
+	if err != nil {
+		m.stop()
+		return ViewRun{}, err
+	}
+	loaded := time.Since(start)
+	if pv.Len() != n {
+		m.stop()
+		return ViewRun{}, fmt.Errorf("the view holds %d entries, the ledger %d", pv.Len(), n)
+	}
+	start = time.Now()
+	for d := int64(0); d < int64(n); d++ {
+		if pv.Cold(d) {
+			if err := pv.LoadAt(ctx, d); err != nil {
+				m.stop()
+				return ViewRun{}, err
+			}
+		}
+		if e, ok := pv.At(d); !ok || e.Src != d {
+			m.stop()
+			return ViewRun{}, fmt.Errorf("no entry at destination offset %d after reading its page back", d)
+		}
+	}
+	walked := time.Since(start)
+	peak, after := m.stop()
+	runtime.KeepAlive(v)
+	budgetMiB := float64(budget) / (1 << 20)
+	return ViewRun{Name: name, BudgetMiB: budgetMiB, LoadSeconds: loaded.Seconds(), WalkSeconds: walked.Seconds(),
+		PeakHeapMiB: peak, AfterHeapMiB: after, PagesRead: v.Stats().Loads}, nil
+}
+
+// heapMeter samples the Go heap in use every 10 ms above what it was at the start.
+type heapMeter struct {
+	base, peak uint64
+	done       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func startHeap() *heapMeter {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := &heapMeter{base: ms.HeapInuse, done: make(chan struct{})}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			m.peak = max(m.peak, ms.HeapInuse)
+			select {
+			case <-m.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return m
+}
+
+// stop ends the sampling and gives the peak and, after a collection, the heap in use, in MiB
+// above the start. What the caller keeps alive after it counts in the second.
+func (m *heapMeter) stop() (peak, after float64) {
+	close(m.done)
+	m.wg.Wait()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mib := func(b uint64) float64 {
+		if b < m.base {
+			return 0
+		}
+		return float64(b-m.base) / (1 << 20)
+	}
+	return mib(m.peak), mib(ms.HeapInuse)
 }
 
 // takeover is one new writer's first write to the partition (a takeover), measured.

@@ -82,6 +82,16 @@ func takeover(args []string) error {
 			fmt.Printf("%-10d %-13s %8.1fx %14.1fx\n", r.Entries, "ratio", r.Runs[0].Seconds/r.Runs[1].Seconds, r.Runs[0].PeakHeapMiB/max(r.Runs[1].PeakHeapMiB, 0.1))
 		}
 	}
+	fmt.Printf("\n%-10s %-10s %10s %9s %9s %15s %15s %11s\n", "entries", "view", "budget MiB", "load s", "walk s", "peak heap MiB", "after heap MiB", "pages read")
+	for _, r := range reps {
+		for _, v := range r.Views {
+			budget := "-"
+			if v.BudgetMiB > 0 {
+				budget = fmt.Sprintf("%.0f", v.BudgetMiB)
+			}
+			fmt.Printf("%-10d %-10s %10s %9.2f %9.2f %15.1f %15.1f %11d\n", r.Entries, v.Name, budget, v.LoadSeconds, v.WalkSeconds, v.PeakHeapMiB, v.AfterHeapMiB, v.PagesRead)
+		}
+	}
 	fmt.Printf("raw numbers: %s\n", path)
 	return runErr
 }
