@@ -92,7 +92,7 @@ func startEnv(t testing.TB, prefix string, set *testcerts.Set, kp *testcerts.Key
 		cancel()
 		t.Fatal(err)
 	}
-	e := &env{t: t, pair: pair, srv: srv, addr: cfg.Listen, certs: set, client: kp}
+	e := &env{t: t, pair: pair, srv: srv, addr: srv.BootstrapAddr(), certs: set, client: kp}
 	stopped := false
 	e.stop = func() {
 		if !stopped {

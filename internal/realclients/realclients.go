@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,22 +85,75 @@ func JavaProduce(ctx context.Context, bootstrap, topic string, count int, prefix
 // JavaConsume reads count records with the Java client (read_committed), from the beginning of
 // every partition, or as a member of group when it is not empty (committing as it goes).
 func JavaConsume(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string) ([]Record, error) {
-	return JavaConsumeSlow(ctx, bootstrap, topic, count, timeoutMs, group, 0, 0)
+	return javaConsume(ctx, bootstrap, topic, count, timeoutMs, JavaOptions{Group: group})
 }
 
 // JavaConsumeSlow is JavaConsume taking at most maxPoll records per poll and pausing pauseMs
 // after each (0: the client's defaults, no pause), so a test can change the cluster under it.
 func JavaConsumeSlow(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string, maxPoll, pauseMs int) ([]Record, error) {
-	return javaConsume(ctx, bootstrap, topic, count, timeoutMs, group, maxPoll, pauseMs, "")
+	return javaConsume(ctx, bootstrap, topic, count, timeoutMs, JavaOptions{Group: group, MaxPoll: maxPoll, PauseMs: pauseMs})
 }
 
 // JavaConsumeAt consumes at an isolation level ("read_committed", the Java tool's default, or
 // "read_uncommitted").
 func JavaConsumeAt(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, isolation string) ([]Record, error) {
-	return javaConsume(ctx, bootstrap, topic, count, timeoutMs, "", 0, 0, isolation)
+	return javaConsume(ctx, bootstrap, topic, count, timeoutMs, JavaOptions{Isolation: isolation})
 }
 
-func javaConsume(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, group string, maxPoll, pauseMs int, isolation string) ([]Record, error) {
+// JavaOptions are a Java consumer's settings beyond its bootstrap, topic, count and timeout.
+type JavaOptions struct {
+	// Group, when not empty, makes the consumer a member of it (committing as it goes);
+	// otherwise it reads every partition from the beginning.
+	Group string
+	// MaxPoll caps the records of a poll and PauseMs pauses after each (0: the client's
+	// default, no pause).
+	MaxPoll, PauseMs int
+	// Isolation is the isolation level (default read_committed).
+	Isolation string
+	// Props are more consumer properties (fetch.max.bytes, ...).
+	Props map[string]string
+}
+
+// JavaConsumeStream runs a Java consumer as JavaConsume does and calls each for every record
+// as the client prints it, so that a test can act while the consumer reads; it returns when
+// the client exits. bootstrap may list several addresses, comma-separated.
+func JavaConsumeStream(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, o JavaOptions, each func(Record)) error {
+	args, err := javaConsumeArgs(bootstrap, topic, count, timeoutMs, o)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, javaBin(), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(out)
+	var perr error
+	for sc.Scan() {
+		r, ok, err := parseLine(sc.Text())
+		if err != nil && perr == nil {
+			perr = err
+		}
+		if ok && perr == nil {
+			each(r)
+		}
+	}
+	if err := sc.Err(); err != nil && perr == nil {
+		perr = err
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("java consume %s %s: %w\nstderr: %s", bootstrap, topic, err, tailString(errb.String(), 3000))
+	}
+	return perr
+}
+
+func javaConsumeArgs(bootstrap, topic string, count int, timeoutMs int, o JavaOptions) ([]string, error) {
 	libs, err := testkafka.LibsDir()
 	if err != nil {
 		return nil, err
@@ -109,18 +163,34 @@ func javaConsume(ctx context.Context, bootstrap, topic string, count int, timeou
 		return nil, err
 	}
 	args := []string{"-Xmx256m"}
-	if maxPoll > 0 {
-		args = append(args, "-Dmax.poll.records="+strconv.Itoa(maxPoll))
+	if o.MaxPoll > 0 {
+		args = append(args, "-Dmax.poll.records="+strconv.Itoa(o.MaxPoll))
 	}
-	if pauseMs > 0 {
-		args = append(args, "-Dpause.ms="+strconv.Itoa(pauseMs))
+	if o.PauseMs > 0 {
+		args = append(args, "-Dpause.ms="+strconv.Itoa(o.PauseMs))
 	}
-	if isolation != "" {
-		args = append(args, "-Disolation.level="+isolation)
+	if o.Isolation != "" {
+		args = append(args, "-Disolation.level="+o.Isolation)
+	}
+	keys := make([]string, 0, len(o.Props))
+	for k := range o.Props {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "-Dkafka."+k+"="+o.Props[k])
 	}
 	args = append(args, "-cp", filepath.Join(libs, "*"), src, "consume", bootstrap, topic, strconv.Itoa(count), strconv.Itoa(timeoutMs))
-	if group != "" {
-		args = append(args, group)
+	if o.Group != "" {
+		args = append(args, o.Group)
+	}
+	return args, nil
+}
+
+func javaConsume(ctx context.Context, bootstrap, topic string, count int, timeoutMs int, o JavaOptions) ([]Record, error) {
+	args, err := javaConsumeArgs(bootstrap, topic, count, timeoutMs, o)
+	if err != nil {
+		return nil, err
 	}
 	out, err := run(ctx, javaBin(), args...)
 	if err != nil {
@@ -202,17 +272,29 @@ func parse(out string) ([]Record, error) {
 	var recs []Record
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 5 {
-			continue
+		r, ok, err := parseLine(sc.Text())
+		if err != nil {
+			return nil, err
 		}
-		p, err1 := strconv.ParseInt(f[0], 10, 32)
-		o, err2 := strconv.ParseInt(f[1], 10, 64)
-		e, err3 := strconv.ParseInt(f[2], 10, 32)
-		if err1 != nil || err2 != nil || err3 != nil {
-			return nil, fmt.Errorf("realclients: bad record line %q", sc.Text())
+		if ok {
+			recs = append(recs, r)
 		}
-		recs = append(recs, Record{Partition: int32(p), Offset: o, Epoch: int32(e), Key: f[3], Value: f[4]})
 	}
 	return recs, sc.Err()
+}
+
+// parseLine reads a record line (partition offset leaderEpoch key value); ok is false for a
+// line of another shape (the client's own messages).
+func parseLine(line string) (r Record, ok bool, err error) {
+	f := strings.Fields(line)
+	if len(f) != 5 {
+		return Record{}, false, nil
+	}
+	p, err1 := strconv.ParseInt(f[0], 10, 32)
+	o, err2 := strconv.ParseInt(f[1], 10, 64)
+	e, err3 := strconv.ParseInt(f[2], 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Record{}, false, fmt.Errorf("realclients: bad record line %q", line)
+	}
+	return Record{Partition: int32(p), Offset: o, Epoch: int32(e), Key: f[3], Value: f[4]}, true, nil
 }

@@ -5,6 +5,7 @@
 //   consume  BOOTSTRAP TOPIC COUNT TIMEOUT_MS [group]
 //
 // consume prints one line per record: partition offset leaderEpoch key value
+// A system property kafka.NAME sets the client property NAME (-Dkafka.fetch.max.bytes=1024).
 import java.time.Duration;
 import java.util.*;
 import org.apache.kafka.clients.consumer.*;
@@ -52,6 +53,9 @@ public class ClientTool {
         String maxPoll = System.getProperty("max.poll.records");
         if (maxPoll != null) p.put("max.poll.records", maxPoll);
         long pause = Long.getLong("pause.ms", 0L);
+        for (String k : System.getProperties().stringPropertyNames()) {
+            if (k.startsWith("kafka.")) p.put(k.substring("kafka.".length()), System.getProperty(k));
+        }
         if (group != null) {
             p.put("group.id", group);
             p.put("enable.auto.commit", "false");
