@@ -337,31 +337,7 @@ func (e *ownedError) Error() string {
 }
 
 func (w *Writer) highWatermark(ctx context.Context, topic string, partition int32) (int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = partition, -1, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	shards := w.cl.RequestSharded(ctx, req)
-	for _, sh := range shards {
-		if sh.Err != nil {
-			return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, sh.Err)
-		}
-		resp := sh.Resp.(*kmsg.ListOffsetsResponse)
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if p.Partition == partition {
-					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-						return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, err)
-					}
-					return p.Offset, nil
-				}
-			}
-		}
-	}
-	return 0, fmt.Errorf("end offset of %s[%d]: no answer", topic, partition)
+	return rawread.ListOffset(ctx, w.cl, topic, partition, rawread.Latest)
 }
 
 func (w *Writer) initProducer(ctx context.Context) (int64, int16, error) {

@@ -82,7 +82,7 @@ func (l *Ledger) LastSnapshot(ctx context.Context, topicID string, partition int
 		}
 		return nil, fmt.Errorf("snapshots: %w", err)
 	}
-	end, err := endOffset(ctx, l.cl, topic, partition)
+	end, err := rawread.ListOffset(ctx, l.cl, topic, partition, rawread.Latest)
 	if err != nil || end == 0 {
 		return nil, err
 	}
@@ -94,31 +94,4 @@ func (l *Ledger) LastSnapshot(ctx context.Context, topicID string, partition int
 		return nil, nil
 	}
 	return recs[len(recs)-1].Value, nil
-}
-
-// endOffset is a partition's high watermark, asked of its leader.
-func endOffset(ctx context.Context, cl *kgo.Client, topic string, partition int32) (int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = partition, -1, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	for _, sh := range cl.RequestSharded(ctx, req) {
-		if sh.Err != nil {
-			return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, sh.Err)
-		}
-		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
-			for _, p := range t.Partitions {
-				if p.Partition == partition {
-					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-						return 0, fmt.Errorf("end offset of %s[%d]: %w", topic, partition, err)
-					}
-					return p.Offset, nil
-				}
-			}
-		}
-	}
-	return 0, fmt.Errorf("end offset of %s[%d]: no answer", topic, partition)
 }

@@ -39,6 +39,13 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
 	var last error
 	done := func(hwm int64) bool { return from >= hwm || (to >= 0 && from >= to) }
+	// A short range is read in small fetches: every batch a fetch returns is decompressed
+	// and decoded whole, and the caller wants a few records (the broker still returns at
+	// least one whole batch).
+	maxBytes := int32(8 << 20)
+	if to >= 0 {
+		maxBytes = int32(min(8<<20, max(32<<10, (to-from)*1024)))
+	}
 	for attempt := 0; attempt < 60; attempt++ {
 		if attempt > 0 {
 			select {
@@ -58,11 +65,11 @@ func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, fr
 		}
 		for {
 			req := kmsg.NewPtrFetchRequest()
-			req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, 8<<20
+			req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, maxBytes
 			rt := kmsg.NewFetchRequestTopic()
 			rt.Topic, rt.TopicID = topic, lp.TopicID
 			rp := kmsg.NewFetchRequestTopicPartition()
-			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = partition, from, 8<<20, -1, -1
+			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = partition, from, maxBytes, -1, -1
 			rt.Partitions = append(rt.Partitions, rp)
 			req.Topics = append(req.Topics, rt)
 			kr, err := cl.Broker(int(lp.Leader)).Request(ctx, req)
