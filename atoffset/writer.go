@@ -85,6 +85,10 @@ type Config struct {
 	// BeforeAppend, when set, runs after a write is planned and before its ledger entries are
 	// appended (tests pause an instance there).
 	BeforeAppend func(topic string, partition int32)
+	// AfterSnapshot, when set, hears that a snapshot of a partition's state covering the
+	// ledger before ledger offset at was stored: the ledger below at is no longer needed for
+	// a takeover (the source view decides what else it needs: state.Open trims the ledger).
+	AfterSnapshot func(ctx context.Context, id catalog.TopicID, topic string, partition int32, at int64)
 	// Between, when set, lists the mirrored batches starting in [from, to) (Options.Between).
 	// An error refuses the write, retriably.
 	Between func(id catalog.TopicID, partition int32, from, to int64) ([]ledger.Entry, error)
@@ -227,6 +231,9 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			zap.Int32("partition", partition), zap.Int64("snapshot_at", from), zap.Int64("ledger_end", next))
 		base, from = Replayed{State: State{Next: -1, Epoch: -1}}, 0
 		es, next, err = w.ledger.ReadFrom(ctx, p.id, partition, 0)
+	}
+	if err == nil && from == 0 {
+		err = w.wholeLedger(ctx, p, partition)
 	}
 	if err != nil {
 		return err
@@ -501,6 +508,20 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 	return Result{BaseOffset: plan.Base}
 }
 
+// wholeLedger checks that a partition's ledger is whole, for a takeover without a snapshot: a
+// ledger trimmed below a snapshot cannot be replayed without it (the replay would start in the
+// middle of the history and plan on a guess).
+func (w *Writer) wholeLedger(ctx context.Context, p *part, partition int32) error {
+	start, err := rawread.ListOffset(ctx, w.cl, ledger.Topic(p.id), partition, rawread.Earliest)
+	if err != nil {
+		return err
+	}
+	if start > 0 {
+		return fmt.Errorf("the ledger of %s[%d] was trimmed below ledger offset %d, and no usable snapshot covers it (snapshot_every -1, or a snapshot this offsetgate cannot read): refusing to plan on part of the history", p.topic, partition, start)
+	}
+	return nil
+}
+
 // lastSnapshot is the replay of the partition's newest snapshot and the ledger offset to read
 // on from; without a usable one, an empty replay and 0 (the whole ledger).
 func (w *Writer) lastSnapshot(ctx context.Context, p *part, partition int32) (Replayed, int64) {
@@ -558,6 +579,11 @@ func (w *Writer) maybeSnapshot(ctx context.Context, p *part, partition int32) {
 		return
 	}
 	w.m.snapshot(p.topic)
+	if w.cfg.AfterSnapshot != nil {
+		tctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+		defer cancel()
+		w.cfg.AfterSnapshot(tctx, p.tid, p.topic, partition, at)
+	}
 }
 
 // deleteAligned removes the alignment fillers from D once they are confirmed there, so D's log

@@ -95,3 +95,17 @@ func (l *Ledger) LastSnapshot(ctx context.Context, topicID string, partition int
 	}
 	return recs[len(recs)-1].Value, nil
 }
+
+// Trim deletes a partition's ledger entries below ledger offset below (DeleteRecords): what a
+// snapshot replaces for a takeover and what no source view needs any more.
+func (l *Ledger) Trim(ctx context.Context, topicID string, partition int32, below int64) error {
+	topic := Topic(topicID)
+	resp, err := kadm.NewClient(l.cl).DeleteRecords(ctx, kadm.Offsets{topic: {partition: {Topic: topic, Partition: partition, At: below}}})
+	if err != nil {
+		return fmt.Errorf("ledger: trimming %s[%d] below %d: %w", topic, partition, below, err)
+	}
+	if r, ok := resp.Lookup(topic, partition); !ok || r.Err != nil {
+		return fmt.Errorf("ledger: trimming %s[%d] below %d: %v", topic, partition, below, r.Err)
+	}
+	return nil
+}

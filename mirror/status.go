@@ -181,6 +181,15 @@ func replayLedger(ctx context.Context, px *kgo.Client, id string, p int32) (atof
 	if err != nil {
 		return r, "", err
 	}
+	if from == 0 {
+		// Without a snapshot the ledger must be whole: one trimmed below a snapshot this
+		// offsetgate cannot read replays only part of the history.
+		if start, err := rawread.ListOffset(ctx, px, ledger.Topic(id), p, rawread.Earliest); err != nil {
+			return r, "", err
+		} else if start > 0 {
+			return r, fmt.Sprintf("the ledger was trimmed below ledger offset %d and no readable snapshot covers it", start), nil
+		}
+	}
 	es := make([]ledger.Entry, 0, len(recs))
 	unreadable := ""
 	for _, rec := range recs {

@@ -90,8 +90,19 @@ func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, fr
 					// A refusal (an identity not allowed to read the topic) stays one.
 					return from, fmt.Errorf("reading %s[%d]: %w", topic, partition, err)
 				}
-				if errors.Is(err, kerr.OffsetOutOfRange) && from < p.LogStartOffset {
-					from = p.LogStartOffset // retention removed the start: read what is left
+				if errors.Is(err, kerr.OffsetOutOfRange) {
+					// Retention or a trim removed the start: read what is left (the broker
+					// does not say where its log starts in this answer).
+					start, lerr := ListOffset(ctx, cl, topic, partition, Earliest)
+					switch {
+					case lerr != nil:
+						last = lerr
+					case from < start && (to < 0 || start < to):
+						from = start
+						continue
+					case from < start:
+						return to, nil // all of [from, to) is gone
+					}
 				}
 				break
 			}

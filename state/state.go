@@ -19,6 +19,7 @@ import (
 	"offsetgate/atoffset"
 	"offsetgate/catalog"
 	"offsetgate/ledger"
+	"offsetgate/rawread"
 	"offsetgate/view"
 	"offsetgate/wire"
 )
@@ -130,7 +131,38 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		}
 		return pv.Batches(run, from, to)
 	}
-	st.Writer = atoffset.New(atoffset.Config{MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
+	// The ledger is trimmed after each snapshot below what neither a takeover (the snapshot)
+	// nor a source view (the entries of what D still holds, and where their transactions
+	// began) needs: it holds about one entry per batch D holds, not every batch ever mirrored.
+	trim := func(ctx context.Context, id catalog.TopicID, topic string, partition int32, at int64) {
+		pv, err := partView(id, partition)
+		if err != nil {
+			return
+		}
+		logStart, err := rawread.ListOffset(ctx, st.cl, topic, partition, rawread.Earliest)
+		if err != nil {
+			return
+		}
+		pv.TrimBelow(logStart)
+		need := pv.LedgerNeeded(logStart)
+		if need < 0 {
+			return
+		}
+		below := min(at, need)
+		tid := catalog.IDString(id)
+		start, err := rawread.ListOffset(ctx, st.cl, ledger.Topic(tid), partition, rawread.Earliest)
+		if err != nil || below <= start {
+			return
+		}
+		if err := st.Ledger.Trim(ctx, tid, partition, below); err != nil {
+			cfg.Log.Warn("trimming a mirror partition's ledger failed; the next snapshot tries again", zap.String("topic", topic),
+				zap.Int32("partition", partition), zap.Error(err))
+			return
+		}
+		cfg.Log.Info("mirror partition's ledger trimmed", zap.String("topic", topic), zap.Int32("partition", partition),
+			zap.Int64("below_ledger_offset", below), zap.Int64("destination_log_start", logStart))
+	}
+	st.Writer = atoffset.New(atoffset.Config{AfterSnapshot: trim, MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
 	return st, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"offsetgate/batch"
 	"offsetgate/ledger"
 )
 
@@ -199,5 +200,44 @@ func TestPageRewritesAndMismatch(t *testing.T) {
 	}
 	if err := p.LoadAt(ctx, d); err == nil || !p.Cold(d) {
 		t.Fatalf("a page read back from a changed ledger: %v, cold %v", err, p.Cold(d))
+	}
+}
+
+// The ledger a view needs, for a destination log start: from the page holding it, and back to
+// where a transaction reaching into what is kept began (an open one, or an aborted one whose
+// marker is kept: read_committed readers need their first offsets).
+func TestLedgerNeeded(t *testing.T) {
+	build := func(txns bool) *Partition {
+		p := &Partition{}
+		for i := int64(0); i < 4*pageSize; i++ {
+			e := ledger.Entry{Kind: ledger.KindBatch, Src: i, Last: i, D: i, Count: 1}
+			switch {
+			case txns && i == 100:
+				e.Attrs, e.SrcPID = batch.AttrTransactional, 7
+			case txns && i == 600:
+				e.Attrs, e.SrcPID = batch.AttrTransactional, 8
+			case txns && i == 900:
+				e.Kind, e.Marker, e.SrcPID = ledger.KindControl, ledger.MarkerAbort, 7
+			}
+			p.addAt(1000+2*i, e) // an owner entry between every two
+		}
+		return p
+	}
+	p := build(false)
+	if got, want := p.LedgerNeeded(800), int64(1000+2*3*pageSize); got != want {
+		t.Fatalf("LedgerNeeded(800) = %d, want %d (the page holding 800)", got, want)
+	}
+	if got, want := p.LedgerNeeded(0), int64(1000); got != want {
+		t.Fatalf("LedgerNeeded(0) = %d, want %d", got, want)
+	}
+	if got, want := p.LedgerNeeded(1<<40), int64(1000+2*3*pageSize); got != want {
+		t.Fatalf("LedgerNeeded past the end = %d, want %d (the last page stays)", got, want)
+	}
+	p = build(true)
+	if got, want := p.LedgerNeeded(800), int64(1000); got != want {
+		t.Fatalf("with transactions LedgerNeeded(800) = %d, want %d (the aborted one began in the first page)", got, want)
+	}
+	if NewPartition([]ledger.Entry{{Kind: ledger.KindBatch, Src: 0, Last: 0, D: 0, Count: 1}}).LedgerNeeded(0) != -1 {
+		t.Fatal("ledger offsets not known: LedgerNeeded must say so")
 	}
 }

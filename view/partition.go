@@ -445,6 +445,41 @@ func (p *Partition) TrimBelow(logStart int64) int {
 	return dropped
 }
 
+// LedgerNeeded is the lowest ledger offset the index needs, for a destination whose log start
+// is logStart, to be built again from the ledger: where the first page of entries that end
+// past logStart starts (the last page at least), or earlier where a transaction that reaches
+// into those entries began (its first batch tells read_committed readers what to skip or
+// wait for). -1 when it cannot tell (a page whose ledger offsets are not known): then nothing
+// may be dropped from the ledger.
+func (p *Partition) LedgerNeeded(logStart int64) int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if len(p.book) == 0 {
+		return -1
+	}
+	i := sort.Search(len(p.book), func(i int) bool { return p.book[i].end > logStart })
+	i = min(i, len(p.book)-1)
+	need := p.book[i].from
+	from := func(src int64) int64 {
+		if pg := p.pageBySrc(src); pg != nil {
+			return pg.from
+		}
+		return p.book[0].from // before every page: as far back as the index knows
+	}
+	for _, first := range p.open {
+		need = min(need, from(first))
+	}
+	for _, a := range p.aborted {
+		if a.Marker >= p.book[i].src {
+			need = min(need, from(a.First))
+		}
+	}
+	if need < 0 {
+		return -1
+	}
+	return need
+}
+
 // Len is the number of entries indexed.
 func (p *Partition) Len() int {
 	p.mu.RLock()

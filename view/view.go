@@ -23,6 +23,7 @@ import (
 
 	"offsetgate/catalog"
 	"offsetgate/ledger"
+	"offsetgate/rawread"
 )
 
 type key struct {
@@ -227,8 +228,15 @@ func (v *View) load(ctx context.Context, t catalog.Topic, partition int32, ensur
 		zap.Duration("ensure", ensureTook), zap.Duration("total", time.Since(start)), zap.Int("entries", n))
 	if errors.Is(err, errGap) {
 		// Only the writer of this process adds entries besides this read, and it hands them
-		// over in ledger order after they landed: the read is behind what it added, never ahead.
-		return nil, fmt.Errorf("source view of %s[%d]: the ledger holds an entry past the index's end", t.Name, partition)
+		// over in ledger order after they landed: the read is behind what it added, never
+		// ahead, unless the ledger was trimmed past where the index read to (the entries
+		// dropped describe what D's retention removed).
+		next, err = v.rebuild(ctx, p, t, partition, from)
+		if err != nil {
+			p.stale.Store(true)
+			return nil, err
+		}
+		p.stale.Store(false)
 	}
 	if err != nil {
 		p.stale.Store(true)
@@ -242,6 +250,44 @@ func (v *View) load(ctx context.Context, t catalog.Topic, partition int32, ensur
 			zap.Int("entries", p.Len()))
 	}
 	return p, nil
+}
+
+// rebuild builds a partition's index again from its ledger's start, when the ledger was trimmed
+// past the offset the index had read to (from): the index is built aside and swapped in, so
+// readers never see it half built. It returns the ledger offset to read on from.
+func (v *View) rebuild(ctx context.Context, p *Partition, t catalog.Topic, partition int32, from int64) (int64, error) {
+	id := catalog.IDString(t.ID)
+	start, err := rawread.ListOffset(ctx, v.cl, ledger.Topic(id), partition, rawread.Earliest)
+	if err != nil {
+		return 0, fmt.Errorf("source view of %s[%d]: %w", t.Name, partition, err)
+	}
+	if start <= from {
+		return 0, fmt.Errorf("source view of %s[%d]: the ledger holds an entry past the index's end", t.Name, partition)
+	}
+	v.log.Info("source view: the ledger was trimmed past what the index read; building it again", zap.String("topic", t.Name),
+		zap.Int32("partition", partition), zap.Int64("read_to", from), zap.Int64("ledger_start", start))
+	// Built without the page cache (nothing of it is evicted until it is swapped in).
+	aside := &Partition{id: p.id, partition: p.partition}
+	next, err := v.ledger.Scan(ctx, id, partition, start, -1, func(off int64, e ledger.Entry) error {
+		if !aside.addAt(off, e) {
+			return errGap
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("source view of %s[%d]: building it again: %w", t.Name, partition, err)
+	}
+	p.mu.Lock()
+	old := p.book
+	p.spans, p.book, p.count, p.epochs, p.open, p.aborted = aside.spans, aside.book, aside.count, aside.epochs, aside.open, aside.aborted
+	p.mu.Unlock()
+	v.pages.forget(old)
+	for i, pg := range aside.book {
+		if i < len(aside.book)-1 || pg.n == pageSize {
+			v.pages.admit(p, pg)
+		}
+	}
+	return next, nil
 }
 
 // LoadTopic loads every partition of a mirror topic.
