@@ -96,6 +96,10 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*TakeoverReport, erro
 		return nil, fmt.Errorf("creating %s: %w", cfg.Topic, err)
 	}
 	td, err := adm.ListTopics(ctx, cfg.Topic)
+	for i := 0; i < 20 && err == nil && td[cfg.Topic].Err != nil; i++ {
+		time.Sleep(250 * time.Millisecond) // created a moment ago: not yet in every broker's metadata
+		td, err = adm.ListTopics(ctx, cfg.Topic)
+	}
 	if err != nil || td[cfg.Topic].Err != nil {
 		return nil, fmt.Errorf("topic id of %s: %v %v", cfg.Topic, err, td[cfg.Topic].Err)
 	}
@@ -112,7 +116,17 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*TakeoverReport, erro
 	if err := l.Ensure(ctx, id, 1); err != nil {
 		return nil, err
 	}
-	if err := generate(ctx, cl, l, cfg.Topic, id, cfg.Entries, pid, epoch); err != nil {
+	// The generator's own client writes ledger batches of some hundred entries, as a busy
+	// writer appends them (the writers' client keeps the default batch size: a snapshot is one
+	// large record).
+	gen, err := kgo.NewClient(kgo.SeedBrokers(cfg.Dest.Addrs()...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(64<<10), kgo.MaxBufferedRecords(1<<20))
+	if err != nil {
+		return nil, err
+	}
+	err = generate(ctx, gen, l, cfg.Topic, id, cfg.Entries, pid, epoch)
+	gen.Close()
+	if err != nil {
 		return nil, err
 	}
 	rep := &TakeoverReport{Entries: cfg.Entries, GenerateSecs: time.Since(start).Seconds(), SnapshotEvery: atoffset.DefaultSnapshotEvery}
