@@ -288,9 +288,15 @@ func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, 
 // offset and the reason: a write-ahead ledger that skipped what it cannot read would serve and
 // write on a guess. An error of fn stops the read and is returned as it is.
 func (l *Ledger) Scan(ctx context.Context, topicID string, partition int32, from, to int64, fn func(offset int64, e Entry) error) (int64, error) {
+	return l.ScanWith(ctx, nil, topicID, partition, from, to, fn)
+}
+
+// ScanWith is Scan with a hint of where the ledger partition's leader is (rawread.EachWith),
+// for a reader that reads the same partition often.
+func (l *Ledger) ScanWith(ctx context.Context, hint *rawread.Partition, topicID string, partition int32, from, to int64, fn func(offset int64, e Entry) error) (int64, error) {
 	topic := Topic(topicID)
 	var fnErr error
-	next, err := rawread.Each(ctx, l.cl, topic, partition, from, to, func(r *kgo.Record) error {
+	next, err := rawread.EachWith(ctx, l.cl, hint, topic, partition, from, to, func(r *kgo.Record) error {
 		e, err := Decode(r.Value)
 		if err != nil {
 			fnErr = fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)

@@ -37,14 +37,23 @@ func Records(ctx context.Context, cl *kgo.Client, topic string, partition int32,
 // own. Transient errors (no leader yet, a topic created a moment ago) are retried for about six
 // seconds; an error of fn stops the read and is returned as it is.
 func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
+	return EachWith(ctx, cl, nil, topic, partition, from, to, fn)
+}
+
+// EachWith is Each for a reader that reads the same partition often (a source view reading
+// pages back): hint, when it names a leader, is used instead of asking the cluster first, and
+// is set to what the read found; a read that fails with it asks the cluster as Each does.
+func EachWith(ctx context.Context, cl *kgo.Client, hint *Partition, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
 	var last error
 	done := func(hwm int64) bool { return from >= hwm || (to >= 0 && from >= to) }
 	// A short range is read in small fetches: every batch a fetch returns is decompressed
 	// and decoded whole, and the caller wants a few records (the broker still returns at
 	// least one whole batch).
-	maxBytes := int32(8 << 20)
+	// A long read goes 1 MiB at a time: what a fetch returns is decompressed whole, and a
+	// well-compressed topic (a ledger) can be tens of times that once decompressed.
+	maxBytes := int32(1 << 20)
 	if to >= 0 {
-		maxBytes = int32(min(8<<20, max(32<<10, (to-from)*1024)))
+		maxBytes = int32(min(1<<20, max(32<<10, (to-from)*1024)))
 	}
 	for attempt := 0; attempt < 60; attempt++ {
 		if attempt > 0 {
@@ -54,10 +63,16 @@ func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, fr
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		lp, err := Lookup(ctx, cl, topic, partition)
-		if err != nil {
+		var lp Partition
+		var err error
+		if attempt == 0 && hint != nil && hint.Leader >= 0 && hint.TopicID != ([16]byte{}) {
+			lp = *hint
+		} else if lp, err = Lookup(ctx, cl, topic, partition); err != nil {
 			last = err
 			continue
+		}
+		if hint != nil {
+			*hint = lp
 		}
 		if lp.Leader < 0 {
 			last = fmt.Errorf("no leader for %s[%d]", topic, partition)

@@ -9,6 +9,7 @@ import (
 
 	"offsetgate/batch"
 	"offsetgate/ledger"
+	"offsetgate/rawread"
 )
 
 // Entry is one batch or filler of a mirror partition: source offsets [Src, Last] held at
@@ -111,6 +112,7 @@ type Partition struct {
 	pages     *pager
 	id        string // the mirror topic's id, and the partition: where its ledger is
 	partition int32
+	leader    rawread.Partition // where the ledger partition was read last (guarded by loadMu)
 
 	mu         sync.RWMutex
 	spans      []span
