@@ -301,7 +301,7 @@ func TestPartitionsBenchEndToEnd(t *testing.T) {
 			c.Env = append(os.Environ(), copyEnv+"="+strings.Join(args, "\n"))
 			return c
 		},
-		Mode: "test", Partitions: parts, Records: records, SteadyRate: 64, SteadySeconds: 2, CatchUpTimeout: 2 * time.Minute,
+		Mode: "test", Partitions: parts, Records: records, BatchRecords: 5, SteadyRate: 64, SteadySeconds: 2, CatchUpTimeout: 2 * time.Minute,
 		Prefix: testkafka.Names(t, "kp"), Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +311,7 @@ func TestPartitionsBenchEndToEnd(t *testing.T) {
 		if !ok {
 			t.Fatalf("no result for %s", tool)
 		}
-		if r.Records != parts*records || r.Complete != parts || r.SteadyRecords != 128 || r.CatchUp.Seconds <= 0 || r.Steady.Seconds <= 0 {
+		if r.Records != parts*records || r.Batches != parts*records/5 || r.Complete != parts || r.SteadyRecords != 128 || r.CatchUp.Seconds <= 0 || r.Steady.Seconds <= 0 {
 			t.Fatalf("%s: %+v", tool, r)
 		}
 		want := 1
@@ -330,5 +330,9 @@ func TestPartitionsBenchEndToEnd(t *testing.T) {
 	og, _ := rep.Result(bench.ToolOffsetgate)
 	if og.CatchUp.Processes[1].Goroutines == 0 || og.CatchUp.Processes[1].HeapInuseMiB <= 0 {
 		t.Fatalf("offsetgate mirror's metrics: %+v", og.CatchUp.Processes[1])
+	}
+	// Every partition was taken over once, and written, while catching up.
+	if s := og.CatchUp.Processes[0]; s.Takeovers != parts || s.Writes < parts {
+		t.Fatalf("offsetgate serve's writes: %+v", s)
 	}
 }

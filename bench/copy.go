@@ -32,6 +32,7 @@ func CopyMain(args []string, stderr io.Writer) error {
 	dest := fs.String("dest", "", "destination brokers, host:port[,...]")
 	topic := fs.String("topic", "", "source topic")
 	to := fs.String("to", "", "destination topic (default: the source topic's name); it must exist with as many partitions")
+	logLevel := fs.String("log-level", "", "franz-go's log to stderr: error, warn, info or debug (default: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,16 +42,24 @@ func CopyMain(args []string, stderr io.Writer) error {
 	if *to == "" {
 		*to = *topic
 	}
+	var logOpts []kgo.Opt
+	if *logLevel != "" {
+		lvl, ok := map[string]kgo.LogLevel{"error": kgo.LogLevelError, "warn": kgo.LogLevelWarn, "info": kgo.LogLevelInfo, "debug": kgo.LogLevelDebug}[*logLevel]
+		if !ok {
+			return fmt.Errorf("copy: --log-level %q: error, warn, info or debug", *logLevel)
+		}
+		logOpts = append(logOpts, kgo.WithLogger(kgo.BasicLogger(stderr, lvl, nil)))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*source, ",")...), kgo.ConsumeTopics(*topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100*time.Millisecond))
+	cons, err := kgo.NewClient(append(logOpts, kgo.SeedBrokers(strings.Split(*source, ",")...), kgo.ConsumeTopics(*topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100*time.Millisecond))...)
 	if err != nil {
 		return err
 	}
 	defer cons.Close()
-	prod, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*dest, ",")...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.MetadataMinAge(100*time.Millisecond))
+	prod, err := kgo.NewClient(append(logOpts, kgo.SeedBrokers(strings.Split(*dest, ",")...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.MetadataMinAge(100*time.Millisecond))...)
 	if err != nil {
 		return err
 	}

@@ -225,6 +225,11 @@ type mirrorIdentity struct {
 // one mirroring client, identified by its certificate, for the topics matching glob; it
 // returns the process and that client's identity. The certificates go to a folder in logDir.
 func startMirroringServe(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name, glob string) (*ogProc, mirrorIdentity, error) {
+	return startMirroringServeWith(ctx, bin, dest, logDir, name, glob, "")
+}
+
+// startMirroringServeWith is startMirroringServe with more lines of configuration.
+func startMirroringServeWith(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name, glob, extra string) (*ogProc, mirrorIdentity, error) {
 	dir, err := os.MkdirTemp(logDir, "og-")
 	if err != nil {
 		return nil, mirrorIdentity{}, err
@@ -243,7 +248,7 @@ func startMirroringServe(ctx context.Context, bin string, dest *testkafka.Cluste
 mirroring:
   clients:
     - {name: bench, tls_san: "URI:spiffe://ogbench/mirror", topics: [%q]}
-`, set.Server.CertFile, set.Server.KeyFile, set.CA.CertFile, glob)
+%s`, set.Server.CertFile, set.Server.KeyFile, set.CA.CertFile, glob, extra)
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		return nil, mirrorIdentity{}, err
 	}

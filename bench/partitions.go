@@ -28,10 +28,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"offsetgate/batch"
 	"offsetgate/catalog"
 	"offsetgate/internal/ports"
 	"offsetgate/internal/testkafka"
 	"offsetgate/ledger"
+	"offsetgate/rawread"
 )
 
 // Tools of the partitions benchmark.
@@ -52,6 +54,11 @@ type PartitionsConfig struct {
 	Partitions  int
 	Records     int
 	RecordBytes int
+	// BatchRecords is how many records each record batch of the source holds (10 by default):
+	// the fill writes every partition's records that many at a time. offsetgate keeps every
+	// source batch as it is, with a ledger entry and a Produce request of its own on D, so its
+	// cost follows the batches more than the records.
+	BatchRecords int
 	// Parallel is `offsetgate mirror --parallel` (4, its default).
 	Parallel int
 	// The steady phase: SteadyRate records a second (1,000 by default) spread evenly over
@@ -61,6 +68,13 @@ type PartitionsConfig struct {
 	// CatchUpTimeout bounds the catch-up of each tool (20 minutes by default): a tool that has
 	// not copied every record by then failed.
 	CatchUpTimeout time.Duration
+	// Tools are the tools measured, in order (ToolCopy, then ToolOffsetgate, by default).
+	Tools []string
+	// Pprof turns on `admin_pprof` of the offsetgate serve process (its admin address is in
+	// the progress output), for profiles taken by hand while the run goes on.
+	Pprof bool
+	// CopyLogLevel is the copy process's --log-level (franz-go's log; none by default).
+	CopyLogLevel string
 	// Prefix begins every topic name of the run (a fresh one per run by default).
 	Prefix   string
 	LogDir   string
@@ -81,6 +95,13 @@ type ProcFigures struct {
 	// (offsetgate's processes only).
 	HeapInuseMiB float64 `json:"heap_inuse_mib,omitempty"`
 	Goroutines   int     `json:"goroutines,omitempty"`
+	// offsetgate serve's produce-at-offset work in the phase, from its metrics: partition
+	// writes (offsetgate_mirror_write_seconds) and takeovers of a partition
+	// (offsetgate_mirror_partition_load_seconds), how many and their mean time.
+	Writes          int64   `json:"writes,omitempty"`
+	WriteMeanSecs   float64 `json:"write_mean_seconds,omitempty"`
+	Takeovers       int64   `json:"takeovers,omitempty"`
+	TakeoverMeanSec float64 `json:"takeover_mean_seconds,omitempty"`
 }
 
 // PartitionsPhase is one tool's phase: catching up, or following the paced producer.
@@ -100,8 +121,11 @@ type PartitionsResult struct {
 	Tool      string `json:"tool"`
 	Topic     string `json:"topic"`
 	Processes string `json:"processes"` // what ran, for the report
-	// Records in the source topic when the tool started (Partitions x Records).
+	// Records in the source topic when the tool started (Partitions x Records), and the
+	// record batches holding them (the producer's batches: offsetgate keeps each one, with a
+	// ledger entry and a Produce request of its own on the destination).
 	Records  int64   `json:"records"`
+	Batches  int64   `json:"batches"`
 	FillSecs float64 `json:"fill_seconds"`
 	// FirstSeconds is from the tool's start until the destination held a record; the catch-up
 	// phase runs from its start until every partition's end offset on the destination equals
@@ -134,6 +158,7 @@ type PartitionsReport struct {
 	Versions      Versions           `json:"versions"`
 	Partitions    int                `json:"partitions"`
 	Records       int                `json:"records_per_partition"`
+	BatchRecords  int                `json:"records_per_batch"`
 	RecordBytes   int                `json:"record_bytes"`
 	Parallel      int                `json:"parallel"`
 	SteadyRate    float64            `json:"steady_records_per_s"`
@@ -170,6 +195,9 @@ func RunPartitions(ctx context.Context, cfg PartitionsConfig) (*PartitionsReport
 	if cfg.RecordBytes <= 0 {
 		cfg.RecordBytes = 100
 	}
+	if cfg.BatchRecords <= 0 {
+		cfg.BatchRecords = 10
+	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 4
 	}
@@ -182,6 +210,9 @@ func RunPartitions(ctx context.Context, cfg PartitionsConfig) (*PartitionsReport
 	if cfg.CatchUpTimeout <= 0 {
 		cfg.CatchUpTimeout = 20 * time.Minute
 	}
+	if len(cfg.Tools) == 0 {
+		cfg.Tools = []string{ToolCopy, ToolOffsetgate}
+	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "ogbench-kp-" + strconv.FormatInt(time.Now().Unix()%1e6, 36) + strconv.Itoa(rand.IntN(1000))
 	}
@@ -192,15 +223,15 @@ func RunPartitions(ctx context.Context, cfg PartitionsConfig) (*PartitionsReport
 	defer cleanup()
 	rep := &PartitionsReport{Tool: "ogbench partitions", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
 		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin), Partitions: cfg.Partitions, Records: cfg.Records,
-		RecordBytes: cfg.RecordBytes, Parallel: cfg.Parallel, SteadyRate: cfg.SteadyRate, SteadySeconds: cfg.SteadySeconds,
+		BatchRecords: cfg.BatchRecords, RecordBytes: cfg.RecordBytes, Parallel: cfg.Parallel, SteadyRate: cfg.SteadyRate, SteadySeconds: cfg.SteadySeconds,
 		Settings: fmt.Sprintf("source topics of %d partitions, replication factor 1, filled with %d records of %d bytes per partition "+
-			"(franz-go, acks=all, linger 10 ms); offsetgate: `offsetgate serve` (TLS listener, the mirroring client approved by its "+
+			"in batches of %d (franz-go, acks=all, flushed every %d records per partition); offsetgate: `offsetgate serve` (TLS listener, the mirroring client approved by its "+
 			"certificate, defaults otherwise) and one following `offsetgate mirror --parallel %d --progress lines`; copy: CopyMain "+
 			"(franz-go consumer, no group, from the start, default fetch sizes; franz-go producer, acks=all, idempotent, default "+
 			"linger, same partition); steady: %.0f records/s round robin over the partitions for %.0f s",
-			cfg.Partitions, cfg.Records, cfg.RecordBytes, cfg.Parallel, cfg.SteadyRate, cfg.SteadySeconds)}
+			cfg.Partitions, cfg.Records, cfg.RecordBytes, cfg.BatchRecords, cfg.BatchRecords, cfg.Parallel, cfg.SteadyRate, cfg.SteadySeconds)}
 	var errs []error
-	for _, tool := range []string{ToolCopy, ToolOffsetgate} {
+	for _, tool := range cfg.Tools {
 		res, err := runPartitionsTool(ctx, cfg, tool)
 		if err != nil {
 			res.Error = err.Error()
@@ -240,7 +271,11 @@ func runPartitionsTool(ctx context.Context, cfg PartitionsConfig, tool string) (
 		}
 	}
 	res = PartitionsResult{Tool: tool, Topic: r.topic}
-	if r.scl, err = cfg.Source.Client(append(producerOpts(10*time.Millisecond), kgo.RecordPartitioner(kgo.ManualPartitioner()))...); err != nil {
+	// The producer retries as long as it takes (franz-go's default): leaders of a thousand
+	// partitions created a moment ago may still be moving in.
+	if r.scl, err = cfg.Source.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerLinger(10*time.Millisecond), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.MetadataMinAge(100*time.Millisecond)); err != nil {
 		return res, err
 	}
 	defer r.scl.Close()
@@ -269,17 +304,25 @@ func runPartitionsTool(ctx context.Context, cfg PartitionsConfig, tool string) (
 		res.Records += o
 	}
 	res.FillSecs = time.Since(start).Seconds()
-	r.logf("source topic %s: %d partitions, %d records, created and filled in %.1fs", r.topic, cfg.Partitions, res.Records, res.FillSecs)
+	if res.Batches, err = r.countBatches(ctx, want); err != nil {
+		return res, err
+	}
+	r.logf("source topic %s: %d partitions, %d records in %d batches, created and filled in %.1fs", r.topic, cfg.Partitions, res.Records, res.Batches, res.FillSecs)
 
 	var procs []watched
 	var stopped <-chan struct{}
 	switch tool {
 	case ToolOffsetgate:
-		og, id, err := startMirroringServe(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, "offsetgate-partitions", cfg.Prefix+"-*")
+		extra := ""
+		if cfg.Pprof {
+			extra = "admin_pprof: true\n"
+		}
+		og, id, err := startMirroringServeWith(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, "offsetgate-partitions", cfg.Prefix+"-*", extra)
 		if err != nil {
 			return res, err
 		}
 		defer og.stop()
+		r.logf("offsetgate serve: pid %d, admin http://%s", og.pid(), og.admin)
 		metricsPort, err := ports.One()
 		if err != nil {
 			return res, err
@@ -303,6 +346,9 @@ func runPartitionsTool(ctx context.Context, cfg PartitionsConfig, tool string) (
 			return res, err
 		}
 		args := []string{"--source", cfg.Source.Bootstrap(), "--dest", cfg.Dest.Bootstrap(), "--topic", r.topic}
+		if cfg.CopyLogLevel != "" {
+			args = append(args, "--log-level", cfg.CopyLogLevel)
+		}
 		res.Processes = "copy " + strings.Join(args, " ")
 		clog := filepath.Join(cfg.LogDir, "partitions-copy.log")
 		cmd, st, err := startCmd(cfg.Copy(args), clog)
@@ -331,7 +377,7 @@ func runPartitionsTool(ctx context.Context, cfg PartitionsConfig, tool string) (
 	}
 	r.logf("caught up: %d records in %.2fs (first on the destination after %.2fs)", res.Records, res.CatchUp.Seconds, res.FirstSeconds)
 	for _, p := range res.CatchUp.Processes {
-		r.logf("  %-18s CPU %6.2fs, RSS peak %7.1f MiB, at the end %7.1f MiB", p.Process, p.CPUSeconds, kib2mib(p.PeakRSSKiB), kib2mib(p.RSSKiB))
+		r.logf("  %-18s CPU %6.2fs, RSS peak %7.1f MiB, at the end %7.1f MiB%s", p.Process, p.CPUSeconds, kib2mib(p.PeakRSSKiB), kib2mib(p.RSSKiB), p.work())
 	}
 
 	// Following: the paced producer, then until the destination holds all it wrote.
@@ -358,13 +404,22 @@ func runPartitionsTool(ctx context.Context, cfg PartitionsConfig, tool string) (
 	r.logf("steady: %d records at %.0f/s over %.1fs, at most %d behind (mean %.0f), complete %.2fs after the last", n,
 		cfg.SteadyRate, res.Steady.Seconds, maxBehind, meanBehind, res.DrainSeconds)
 	for _, p := range res.Steady.Processes {
-		r.logf("  %-18s CPU %5.1f%%, RSS peak %7.1f MiB, at the end %7.1f MiB", p.Process, p.CPUPercent, kib2mib(p.PeakRSSKiB), kib2mib(p.RSSKiB))
+		r.logf("  %-18s CPU %5.1f%%, RSS peak %7.1f MiB, at the end %7.1f MiB%s", p.Process, p.CPUPercent, kib2mib(p.PeakRSSKiB), kib2mib(p.RSSKiB), p.work())
 	}
 	return res, nil
 }
 
-// fill writes Records records to every partition of the source topic.
+// fill writes Records records to every partition of the source topic, BatchRecords at a
+// time: each round produces that many records to every partition and flushes, so that every
+// batch holds them (the producer's linger is longer than a round).
 func (r *partitionsRun) fill(ctx context.Context) error {
+	cl, err := r.cfg.Source.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerLinger(10*time.Second), kgo.MaxBufferedRecords(1<<20), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.MetadataMinAge(100*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	payload := make([]byte, r.cfg.RecordBytes)
 	for i := range payload {
 		payload[i] = byte('a' + i%26)
@@ -380,15 +435,64 @@ func (r *partitionsRun) fill(ctx context.Context) error {
 			mu.Unlock()
 		}
 	}
-	for i := 0; i < r.cfg.Records; i++ {
+	for i := 0; i < r.cfg.Records; i += r.cfg.BatchRecords {
 		for p := 0; p < r.cfg.Partitions; p++ {
-			r.scl.Produce(ctx, &kgo.Record{Topic: r.topic, Partition: int32(p), Value: payload}, done)
+			for j := i; j < min(i+r.cfg.BatchRecords, r.cfg.Records); j++ {
+				cl.Produce(ctx, &kgo.Record{Topic: r.topic, Partition: int32(p), Value: payload}, done)
+			}
+		}
+		if err := cl.Flush(ctx); err != nil {
+			return err
 		}
 	}
-	if err := r.scl.Flush(ctx); err != nil {
-		return err
-	}
+	mu.Lock()
+	defer mu.Unlock()
 	return failed
+}
+
+// countBatches counts the record batches of the source topic below want, reading them raw.
+func (r *partitionsRun) countBatches(ctx context.Context, want map[int32]int64) (int64, error) {
+	var (
+		n     atomic.Int64
+		next  atomic.Int32
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := next.Add(1) - 1; int(p) < r.cfg.Partitions; p = next.Add(1) - 1 {
+				rd := rawread.New(r.scl, r.topic, p)
+				for o := int64(0); o < want[p]; {
+					sets, _, err := rd.Fetch(ctx, o, 1<<20)
+					if err == nil && len(sets) == 0 {
+						err = fmt.Errorf("no batch at offset %d", o)
+					}
+					if err != nil {
+						mu.Lock()
+						first = fmt.Errorf("counting the batches of %s[%d]: %w", r.topic, p, err)
+						mu.Unlock()
+						return
+					}
+					for _, b := range sets {
+						h, err := batch.ReadHeader(b)
+						if err != nil {
+							mu.Lock()
+							first = err
+							mu.Unlock()
+							return
+						}
+						n.Add(1)
+						o = h.LastOffset() + 1
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load(), first
 }
 
 // sourceEnds lists the source topic's end offsets, every partition's.
@@ -620,6 +724,7 @@ type meter struct {
 	t0                         time.Time
 	cpu0                       []float64
 	rss0                       []int64
+	met0                       []map[string]float64
 	kafka0, self0, busy0, stl0 float64
 }
 
@@ -656,8 +761,9 @@ func (m *meter) begin() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.t0 = time.Now()
-	m.cpu0, m.rss0 = make([]float64, len(m.procs)), make([]int64, len(m.procs))
+	m.cpu0, m.rss0, m.met0 = make([]float64, len(m.procs)), make([]int64, len(m.procs)), make([]map[string]float64, len(m.procs))
 	for i, p := range m.procs {
+		m.met0[i] = scrape(p.metrics)
 		m.cpu0[i] = cpuOf(p.pid)
 		m.rss0[i], _ = procStatusKiB(p.pid, "VmRSS")
 		m.peak[i] = m.rss0[i]
@@ -679,7 +785,15 @@ func (m *meter) end() PartitionsPhase {
 		f.HWMKiB, _ = procStatusKiB(p.pid, "VmHWM")
 		f.CPUPercent = 100 * f.CPUSeconds / ph.Seconds
 		if p.metrics != "" {
-			f.HeapInuseMiB, f.Goroutines = goFigures(p.metrics)
+			now, was := scrape(p.metrics), m.met0[i]
+			f.HeapInuseMiB, f.Goroutines = now["go_memstats_heap_inuse_bytes"]/(1<<20), int(now["go_goroutines"])
+			d := func(n string) float64 { return now[n] - was[n] }
+			if n := d("offsetgate_mirror_write_seconds_count"); n > 0 {
+				f.Writes, f.WriteMeanSecs = int64(n), d("offsetgate_mirror_write_seconds_sum")/n
+			}
+			if n := d("offsetgate_mirror_partition_load_seconds_count"); n > 0 {
+				f.Takeovers, f.TakeoverMeanSec = int64(n), d("offsetgate_mirror_partition_load_seconds_sum")/n
+			}
 		}
 		procsCPU += f.CPUSeconds
 		ph.Processes = append(ph.Processes, f)
@@ -697,29 +811,44 @@ func (m *meter) close() {
 	<-m.done
 }
 
-// goFigures reads the Go heap in use (MiB) and the goroutines from a /metrics URL.
-func goFigures(url string) (heapMiB float64, goroutines int) {
+// scrapeNames are the samples the meter reads from a process's /metrics.
+var scrapeNames = []string{"go_memstats_heap_inuse_bytes", "go_goroutines",
+	"offsetgate_mirror_write_seconds_sum", "offsetgate_mirror_write_seconds_count",
+	"offsetgate_mirror_partition_load_seconds_sum", "offsetgate_mirror_partition_load_seconds_count"}
+
+// scrape reads scrapeNames from a /metrics URL, each summed over its labels.
+func scrape(url string) map[string]float64 {
+	out := map[string]float64{}
+	if url == "" {
+		return out
+	}
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
-		return 0, 0
+		return out
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, 0
+		return out
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			heapMiB = f / (1 << 20)
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
 		}
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			goroutines = int(f)
+		name := line[:i]
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name = name[:j]
+		}
+		for _, n := range scrapeNames {
+			if name == n {
+				v, _ := strconv.ParseFloat(line[i+1:], 64)
+				out[n] += v
+			}
 		}
 	}
-	return heapMiB, goroutines
+	return out
 }
 
 // startCmd starts a prepared command with its output in a log file; stopped closes when it
@@ -750,6 +879,18 @@ func stopProc(cmd *exec.Cmd, stopped <-chan struct{}, sig syscall.Signal, logf f
 		_ = cmd.Process.Kill()
 		<-stopped
 	}
+}
+
+// work describes offsetgate serve's writes and takeovers, for the progress output.
+func (f ProcFigures) work() string {
+	out := ""
+	if f.Writes > 0 {
+		out += fmt.Sprintf(", %d writes (mean %.0f ms)", f.Writes, 1000*f.WriteMeanSecs)
+	}
+	if f.Takeovers > 0 {
+		out += fmt.Sprintf(", %d takeovers (mean %.0f ms)", f.Takeovers, 1000*f.TakeoverMeanSec)
+	}
+	return out
 }
 
 func kib2mib(k int64) float64 { return float64(k) / 1024 }
