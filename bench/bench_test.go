@@ -15,13 +15,24 @@ import (
 	"offsetgate/internal/testkafka"
 )
 
-// relayEnv makes the test binary run as the relay process (see TestMain).
-const relayEnv = "OGBENCH_TEST_RELAY_TARGETS"
+// relayEnv makes the test binary run as the relay process, copyEnv as the copy process of the
+// partitions benchmark (its flags separated by newlines; see TestMain).
+const (
+	relayEnv = "OGBENCH_TEST_RELAY_TARGETS"
+	copyEnv  = "OGBENCH_TEST_COPY_ARGS"
+)
 
 func TestMain(m *testing.M) {
 	if targets := os.Getenv(relayEnv); targets != "" {
 		if err := bench.RelayMain(strings.Split(targets, ","), os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "relay:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if args := os.Getenv(copyEnv); args != "" {
+		if err := bench.CopyMain(strings.Split(args, "\n"), os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -277,5 +288,56 @@ func TestTakeoverEndToEnd(t *testing.T) {
 	// page back, the bounded ones fit this ledger (12,000 entries, about 1.4 MiB) whole.
 	if len(rep.Views) != 3 || rep.Views[0].PagesRead != 0 {
 		t.Fatalf("views %+v", rep.Views)
+	}
+}
+
+// The partitions benchmark end to end on a small topic: both tools copy every record of every
+// partition, before and after the steady phase, and every process's numbers are filled in. No
+// timing or size is asserted.
+func TestPartitionsBenchEndToEnd(t *testing.T) {
+	pair := testkafka.Shared(t)
+	bin := buildOffsetgate(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const parts, records = 16, 20
+	rep, err := bench.RunPartitions(ctx, bench.PartitionsConfig{Source: pair.Source, Dest: pair.Dest, OffsetgateBin: bin,
+		Copy: func(args []string) *exec.Cmd {
+			c := exec.Command(os.Args[0], "-test.run=^$")
+			c.Env = append(os.Environ(), copyEnv+"="+strings.Join(args, "\n"))
+			return c
+		},
+		Mode: "test", Partitions: parts, Records: records, BatchRecords: 5, SteadyRate: 64, SteadySeconds: 2, CatchUpTimeout: 2 * time.Minute,
+		Prefix: testkafka.Names(t, "kp"), Progress: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{bench.ToolCopy, bench.ToolOffsetgate} {
+		r, ok := rep.Result(tool)
+		if !ok {
+			t.Fatalf("no result for %s", tool)
+		}
+		if r.Records != parts*records || r.Batches != parts*records/5 || r.Complete != parts || r.SteadyRecords != 128 || r.CatchUp.Seconds <= 0 || r.Steady.Seconds <= 0 {
+			t.Fatalf("%s: %+v", tool, r)
+		}
+		want := 1
+		if tool == bench.ToolOffsetgate {
+			want = 2 // serve and mirror
+		}
+		if len(r.CatchUp.Processes) != want || len(r.Steady.Processes) != want {
+			t.Fatalf("%s: processes %+v / %+v", tool, r.CatchUp.Processes, r.Steady.Processes)
+		}
+		for _, p := range append(r.CatchUp.Processes, r.Steady.Processes...) {
+			if p.PeakRSSKiB <= 0 || p.RSSKiB <= 0 || p.HWMKiB <= 0 || p.CPUSeconds < 0 {
+				t.Fatalf("%s %s: %+v", tool, p.Process, p)
+			}
+		}
+	}
+	og, _ := rep.Result(bench.ToolOffsetgate)
+	if og.CatchUp.Processes[1].Goroutines == 0 || og.CatchUp.Processes[1].HeapInuseMiB <= 0 {
+		t.Fatalf("offsetgate mirror's metrics: %+v", og.CatchUp.Processes[1])
+	}
+	// Every partition was taken over once, and written, while catching up.
+	if s := og.CatchUp.Processes[0]; s.Takeovers != parts || s.Writes < parts {
+		t.Fatalf("offsetgate serve's writes: %+v", s)
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"offsetgate/internal/testcerts"
 	"offsetgate/internal/testkafka"
 	"offsetgate/verify"
 )
@@ -333,37 +332,14 @@ func finish(r *MirrorResult, bytes, records int64, first, all time.Duration, cpu
 // runOffsetgateMirror runs `offsetgate serve` (TLS, the mirroring identity approved) and
 // `offsetgate mirror --once`, then a following mirror under the paced producer.
 func runOffsetgateMirror(ctx context.Context, cfg MM2Config, topic, lagTopic string, records int64, dadm *kadm.Client, logf func(string, ...any)) (*MirrorResult, error) {
-	dir, err := os.MkdirTemp(cfg.LogDir, "og-")
-	if err != nil {
-		return nil, err
-	}
-	set, err := testcerts.New(dir)
-	if err != nil {
-		return nil, err
-	}
-	kp, err := set.Client("ogbench-mirror", testcerts.SANs{URIs: []string{"spiffe://ogbench/mirror"}})
-	if err != nil {
-		return nil, err
-	}
-	conf := filepath.Join(dir, "offsetgate.yaml")
-	yaml := fmt.Sprintf(`tls:
-  listener: {cert_file: %q, key_file: %q, client_ca_file: %q, client_auth: request}
-mirroring:
-  clients:
-    - {name: bench, tls_san: "URI:spiffe://ogbench/mirror", topics: ["ogbench-og-*"]}
-`, set.Server.CertFile, set.Server.KeyFile, set.CA.CertFile)
-	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
-		return nil, err
-	}
-	og, err := startOffsetgateWith(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, "offsetgate-mm2", conf)
+	og, id, err := startMirroringServe(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, "offsetgate-mm2", "ogbench-og-*")
 	if err != nil {
 		return nil, err
 	}
 	defer og.stop()
 	mirrorArgs := func(topic string, once bool) []string {
-		a := []string{"mirror", "--source", cfg.Source.Bootstrap(), "--proxy", og.listen, "--topics", topic,
-			"--tls-ca", set.CA.CertFile, "--tls-cert", kp.CertFile, "--tls-key", kp.KeyFile,
-			"--replication-factor", "1", "--parallel", strconv.Itoa(cfg.Partitions), "--progress", "lines"}
+		a := append([]string{"mirror", "--source", cfg.Source.Bootstrap(), "--proxy", og.listen, "--topics", topic}, id.flags...)
+		a = append(a, "--replication-factor", "1", "--parallel", strconv.Itoa(cfg.Partitions), "--progress", "lines")
 		if once {
 			a = append(a, "--once")
 		}
@@ -388,7 +364,7 @@ mirroring:
 		return nil, fmt.Errorf("offsetgate mirror exited %d; log %s:\n%s", exit, filepath.Join(cfg.LogDir, "og-mirror.log"), tailFile(filepath.Join(cfg.LogDir, "og-mirror.log"), 20))
 	}
 	// What it preserved: verify through offsetgate.
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(og.listen), kgo.DialTLSConfig(set.ClientTLS(kp)))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(og.listen), kgo.DialTLSConfig(id.tls))
 	if err != nil {
 		return nil, err
 	}
@@ -516,20 +492,7 @@ func verifyLine(ctx context.Context, src *testkafka.Cluster, copyCl *kgo.Client,
 
 // startProc starts a process with its output in a log file; stopped closes when it exits.
 func startProc(bin string, args []string, logPath string) (*exec.Cmd, <-chan struct{}, error) {
-	lf, err := os.Create(logPath)
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return nil, nil, err
-	}
-	stopped := make(chan struct{})
-	go func() { _ = cmd.Wait(); lf.Close(); close(stopped) }()
-	return cmd, stopped, nil
+	return startCmd(exec.Command(bin, args...), logPath)
 }
 
 // procTimes is an exited process's user and system CPU seconds.

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"offsetgate/internal/ports"
+	"offsetgate/internal/testcerts"
 	"offsetgate/internal/testkafka"
 )
 
@@ -211,4 +213,51 @@ func logLevel() string {
 		return l
 	}
 	return "warn"
+}
+
+// mirrorIdentity is the client certificate a mirroring run presents to offsetgate.
+type mirrorIdentity struct {
+	flags []string    // the identity flags of `offsetgate mirror`
+	tls   *tls.Config // the same identity for an in-process client
+}
+
+// startMirroringServe runs `offsetgate serve` with a TLS listener whose configuration approves
+// one mirroring client, identified by its certificate, for the topics matching glob; it
+// returns the process and that client's identity. The certificates go to a folder in logDir.
+func startMirroringServe(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name, glob string) (*ogProc, mirrorIdentity, error) {
+	return startMirroringServeWith(ctx, bin, dest, logDir, name, glob, "")
+}
+
+// startMirroringServeWith is startMirroringServe with more lines of configuration.
+func startMirroringServeWith(ctx context.Context, bin string, dest *testkafka.Cluster, logDir, name, glob, extra string) (*ogProc, mirrorIdentity, error) {
+	dir, err := os.MkdirTemp(logDir, "og-")
+	if err != nil {
+		return nil, mirrorIdentity{}, err
+	}
+	set, err := testcerts.New(dir)
+	if err != nil {
+		return nil, mirrorIdentity{}, err
+	}
+	kp, err := set.Client("ogbench-mirror", testcerts.SANs{URIs: []string{"spiffe://ogbench/mirror"}})
+	if err != nil {
+		return nil, mirrorIdentity{}, err
+	}
+	conf := filepath.Join(dir, "offsetgate.yaml")
+	yaml := fmt.Sprintf(`tls:
+  listener: {cert_file: %q, key_file: %q, client_ca_file: %q, client_auth: request}
+mirroring:
+  clients:
+    - {name: bench, tls_san: "URI:spiffe://ogbench/mirror", topics: [%q]}
+%s`, set.Server.CertFile, set.Server.KeyFile, set.CA.CertFile, glob, extra)
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		return nil, mirrorIdentity{}, err
+	}
+	og, err := startOffsetgateWith(ctx, bin, dest, logDir, name, conf)
+	if err != nil {
+		return nil, mirrorIdentity{}, err
+	}
+	return og, mirrorIdentity{
+		flags: []string{"--tls-ca", set.CA.CertFile, "--tls-cert", kp.CertFile, "--tls-key", kp.KeyFile},
+		tls:   set.ClientTLS(kp),
+	}, nil
 }

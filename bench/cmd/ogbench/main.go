@@ -5,7 +5,9 @@
 //	ogbench [run] [--quick] [--clusters FILE] [--offsetgate BIN] [--baseline BIN] [--out FILE] [--svg FILE] ...
 //	ogbench chart --in FILE [--svg FILE]     redraw the chart (and print the table) from a JSON report
 //	ogbench slowreader [--offsetgate BIN] [--baseline BIN] [--clusters FILE]   RSS under a client that never reads
+//	ogbench partitions [--partitions N] [--clusters FILE]   one mirror process on a topic of N partitions, against a copy loop
 //	ogbench relay HOST:PORT...               the relay process (started by run)
+//	ogbench copy --source ... --dest ... --topic T   the copy loop process (started by partitions)
 package main
 
 import (
@@ -46,12 +48,16 @@ func main() {
 		err = slowReader(args)
 	case "takeover":
 		err = takeover(args)
+	case "partitions":
+		err = partitions(args)
+	case "copy":
+		err = bench.CopyMain(args, os.Stderr)
 	case "relay":
 		err = bench.RelayMain(args, os.Stdout)
 	case "help":
-		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench takeover [flags] | ogbench relay HOST:PORT...\nRun `ogbench run --help` for the flags.")
+		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench takeover [flags] | ogbench partitions [flags] | ogbench relay HOST:PORT... | ogbench copy [flags]\nRun `ogbench run --help` for the flags.")
 	default:
-		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, takeover, relay)", cmd)
+		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, takeover, partitions, relay, copy)", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
