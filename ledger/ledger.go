@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -157,6 +158,13 @@ func Topic(topicID string) string { return rules.OwnTopicPrefix + "ledger_" + to
 type Ledger struct {
 	cl  *kgo.Client
 	dec kgo.Decompressor
+
+	// ensured remembers the ledger topics this process made sure of, with their partition
+	// counts: every takeover of a partition ensures its topic, and asking the destination
+	// each time (its brokers, a CreateTopics) made starting N partitions cost N round trips
+	// of cluster-wide metadata.
+	mu      sync.Mutex
+	ensured map[string]int32
 }
 
 // New wraps offsetgate's own client (acks=all, no linger), which both writes and reads.
@@ -164,14 +172,35 @@ func New(cl *kgo.Client) *Ledger {
 	return &Ledger{cl: cl, dec: kgo.DefaultDecompressor()}
 }
 
-// Ensure creates the ledger topic of a mirror topic if it does not exist.
+// Ensure creates the ledger topic of a mirror topic if it does not exist, with at least the
+// mirror topic's partition count (once per process and count).
 func (l *Ledger) Ensure(ctx context.Context, topicID string, partitions int32) error {
+	l.mu.Lock()
+	done := l.ensured[topicID] >= partitions
+	l.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := l.ensure(ctx, topicID, partitions); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.ensured == nil {
+		l.ensured = map[string]int32{}
+	}
+	l.ensured[topicID] = max(l.ensured[topicID], partitions)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *Ledger) ensure(ctx context.Context, topicID string, partitions int32) error {
 	adm := kadm.NewClient(l.cl)
-	brokers, err := adm.ListBrokers(ctx)
+	// The brokers only (no topic's metadata): how many replicas the ledger can have.
+	meta, err := adm.BrokerMetadata(ctx)
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	rf := int16(len(brokers))
+	rf := int16(len(meta.Brokers))
 	if rf > 3 {
 		rf = 3
 	}
