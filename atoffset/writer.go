@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -121,6 +122,58 @@ type Writer struct {
 
 	mu    sync.Mutex
 	parts map[key]*part
+	pipes map[pipeKey]*pipeConn
+}
+
+// pipeSlots is how many connections a writer keeps to each destination broker for pipelined
+// batch writes. A partition always uses the same one, so its batches stay in order; partitions
+// share them, so a thousand partitions do not cost a thousand connections to each broker.
+const pipeSlots = 8
+
+type pipeKey struct {
+	addr string
+	slot int
+}
+
+// pipeConn is one shared connection for pipelined writes; mu is held for one window of one
+// partition's batches.
+type pipeConn struct {
+	mu sync.Mutex
+	c  *wire.Conn
+}
+
+// pipe is the shared connection of a partition to the broker at addr.
+func (w *Writer) pipe(addr string, p *part, partition int32) *pipeConn {
+	h := fnv.New32a()
+	h.Write(p.tid[:])
+	k := pipeKey{addr, int((h.Sum32() + uint32(partition)) % pipeSlots)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pipes == nil {
+		w.pipes = map[pipeKey]*pipeConn{}
+	}
+	pc := w.pipes[k]
+	if pc == nil {
+		pc = &pipeConn{}
+		w.pipes[k] = pc
+	}
+	return pc
+}
+
+// Close closes the writer's connections for pipelined writes.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	pipes := w.pipes
+	w.pipes = nil
+	w.mu.Unlock()
+	for _, pc := range pipes {
+		pc.mu.Lock()
+		if pc.c != nil {
+			pc.c.Close()
+			pc.c = nil
+		}
+		pc.mu.Unlock()
+	}
 }
 
 type key struct {
@@ -167,8 +220,8 @@ type part struct {
 	// ledgerNext is the ledger offset after the last entry this process read or appended:
 	// entries from there on were appended by another instance.
 	ledgerNext int64
-	leader     int32 // cached leader of the partition on D; -1: unknown
-	conn       *wire.Conn
+	leader     int32  // cached leader of the partition on D; -1: unknown
+	leaderAddr string // its address, for pipelined writes ("": look it up)
 	// aligned is the D offset this process deleted D's records below (alignment fillers).
 	aligned int64
 	// snapAt is the ledger offset the newest snapshot this process knows of covers; snapReady:
@@ -185,10 +238,7 @@ type part struct {
 // and claims the partition again.
 func (p *part) unload() {
 	p.loaded, p.until, p.halted, p.app = false, time.Time{}, "", nil
-	if p.conn != nil {
-		p.conn.Close()
-		p.conn = nil
-	}
+	p.leaderAddr = ""
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -655,18 +705,14 @@ func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []
 	if w.cfg.Dial == nil || len(todo) < 2 {
 		return nil
 	}
-	if p.conn == nil {
+	if p.leaderAddr == "" {
 		lp, err := rawread.LookupLeader(ctx, w.cl, p.topic, partition)
 		if err != nil {
 			return nil
 		}
-		p.leader = lp.Leader
-		c, err := w.cfg.Dial(ctx, lp.Addr)
-		if err != nil {
-			return nil
-		}
-		p.conn = c
+		p.leader, p.leaderAddr = lp.Leader, lp.Addr
 	}
+	pc := w.pipe(p.leaderAddr, p, partition)
 	var out []int64
 	for i := 0; i < len(todo); i += pipelineDepth {
 		win := todo[i:min(i+pipelineDepth, len(todo))]
@@ -676,21 +722,14 @@ func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []
 			reqs[j] = w.produceRequest(p, partition, wr.Data, 9)
 			resps[j] = kmsg.NewPtrProduceResponse()
 		}
-		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
-		err := p.conn.Pipeline(rctx, reqs, resps)
-		cancel()
-		if err != nil {
-			p.conn.Close()
-			p.conn = nil
+		if !w.window(ctx, pc, p.leaderAddr, reqs, resps) {
 			return out
 		}
 		for _, r := range resps {
 			pr := r.(*kmsg.ProduceResponse)
 			if len(pr.Topics) != 1 || len(pr.Topics[0].Partitions) != 1 || pr.Topics[0].Partitions[0].ErrorCode != 0 {
 				if len(pr.Topics) == 1 && len(pr.Topics[0].Partitions) == 1 && pr.Topics[0].Partitions[0].ErrorCode == 6 {
-					p.leader = -1 // NOT_LEADER_OR_FOLLOWER: find the leader again
-					p.conn.Close()
-					p.conn = nil
+					p.leader, p.leaderAddr = -1, "" // NOT_LEADER_OR_FOLLOWER: find the leader again
 				}
 				return out
 			}
@@ -698,6 +737,30 @@ func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []
 		}
 	}
 	return out
+}
+
+// window sends one window of a partition's batches on a shared connection, dialled if need be,
+// and reads their answers; false when the connection failed (it is closed, and dialled again
+// by the next window that needs it).
+func (w *Writer) window(ctx context.Context, pc *pipeConn, addr string, reqs []kmsg.Request, resps []kmsg.Response) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.c == nil {
+		c, err := w.cfg.Dial(ctx, addr)
+		if err != nil {
+			return false
+		}
+		pc.c = c
+	}
+	rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
+	err := pc.c.Pipeline(rctx, reqs, resps)
+	cancel()
+	if err != nil {
+		pc.c.Close()
+		pc.c = nil
+		return false
+	}
+	return true
 }
 
 func (w *Writer) produceRequest(p *part, partition int32, data []byte, version int16) *kmsg.ProduceRequest {

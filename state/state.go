@@ -172,5 +172,6 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 func (st *State) Close() {
 	<-st.done
 	st.View.Wait()
+	st.Writer.Close()
 	st.cl.Close()
 }
