@@ -33,6 +33,20 @@ type page struct {
 	rewrites []int64
 	entries  []Entry // nil while evicted
 	cost     int64   // bytes accounted in the cache while resident
+	// touched is the cache's tick when the page was last moved to the front: a page is moved
+	// once per tick, not on every lookup of one of its batches.
+	touched atomic.Int64
+}
+
+// pageRef is what reading a page back needs, copied under its partition's lock.
+type pageRef struct {
+	d, end, from, to int64
+	n                int
+	rewrites         []int64
+}
+
+func (pg *page) ref() pageRef {
+	return pageRef{d: pg.d, end: pg.end, from: pg.from, to: pg.to, n: pg.n, rewrites: pg.rewrites}
 }
 
 func (pg *page) bySrc(src int64) *Entry {
@@ -63,7 +77,7 @@ const minPages = 4
 type pager struct {
 	// read reads a page back: its partition, and a copy of the page taken under the
 	// partition's lock.
-	read func(ctx context.Context, p *Partition, pg page) ([]Entry, error)
+	read func(ctx context.Context, p *Partition, pg pageRef) ([]Entry, error)
 
 	mu     sync.Mutex
 	lru    *simplelru.LRU[*page, *Partition]
@@ -71,9 +85,12 @@ type pager struct {
 	budget int64
 
 	loads, evictions atomic.Int64
+	// tick advances whenever a page is admitted (the only time anything can be evicted), so
+	// the order of pages used since then is what matters.
+	tick atomic.Int64
 }
 
-func newPager(budget int64, read func(ctx context.Context, p *Partition, pg page) ([]Entry, error)) *pager {
+func newPager(budget int64, read func(ctx context.Context, p *Partition, pg pageRef) ([]Entry, error)) *pager {
 	l, _ := simplelru.NewLRU[*page, *Partition](math.MaxInt32, nil)
 	return &pager{read: read, lru: l, budget: budget}
 }
@@ -101,6 +118,7 @@ func (c *pager) admit(p *Partition, pg *page) {
 		c.used -= pg.cost
 	}
 	pg.cost = cost
+	c.tick.Add(1)
 	c.lru.Add(pg, p)
 	c.used += cost
 	for c.used > c.budget && c.lru.Len() > minPages {
@@ -119,11 +137,17 @@ func (c *pager) admit(p *Partition, pg *page) {
 	}
 }
 
-// touch marks a page used (callers hold its partition's lock).
+// touch marks a page used (callers hold its partition's lock). Lookups of many batches of a
+// page (a Fetch answer) take the cache's lock once, not once per batch.
 func (c *pager) touch(pg *page) {
 	if c == nil {
 		return
 	}
+	t := c.tick.Load()
+	if pg.touched.Load() == t {
+		return
+	}
+	pg.touched.Store(t)
 	c.mu.Lock()
 	c.lru.Get(pg)
 	c.mu.Unlock()
@@ -164,7 +188,7 @@ type scanner func(ctx context.Context, from, to int64, fn func(off int64, e ledg
 // readPage reads a page's entries back from the ledger: its data entries in [from, to), as the
 // index took them (entries already covered skipped), then its rewrites. What the ledger holds
 // must be exactly the page, else the read fails: the index never serves a guess.
-func readPage(ctx context.Context, scan scanner, pg page) ([]Entry, error) {
+func readPage(ctx context.Context, scan scanner, pg pageRef) ([]Entry, error) {
 	n := pg.n
 	es := make([]Entry, 0, n)
 	next := pg.d

@@ -48,7 +48,7 @@ func pagedPartition(t *testing.T, n int, budget int64) (*Partition, *memLedger, 
 		src++
 		d++
 	}
-	c := newPager(budget, func(ctx context.Context, _ *Partition, pg page) ([]Entry, error) {
+	c := newPager(budget, func(ctx context.Context, _ *Partition, pg pageRef) ([]Entry, error) {
 		return readPage(ctx, m.scan, pg)
 	})
 	p := &Partition{pages: c}

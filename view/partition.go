@@ -710,7 +710,7 @@ func (p *Partition) readBack(ctx context.Context, pg *page) error {
 	p.loadMu.Lock()
 	defer p.loadMu.Unlock()
 	p.mu.RLock()
-	resident, ref := pg.entries != nil, *pg
+	resident, ref := pg.entries != nil, pg.ref()
 	p.mu.RUnlock()
 	if resident {
 		return nil

@@ -62,7 +62,7 @@ func New(ctx context.Context, l *ledger.Ledger, cl *kgo.Client, log *zap.Logger,
 	}
 	v := &View{ledger: l, cl: cl, log: log, parts: map[key]*Partition{}, topics: map[catalog.TopicID]bool{},
 		later: map[key]bool{}, ctx: ctx}
-	v.pages = newPager(memory, func(ctx context.Context, p *Partition, pg page) ([]Entry, error) {
+	v.pages = newPager(memory, func(ctx context.Context, p *Partition, pg pageRef) ([]Entry, error) {
 		return readPage(ctx, func(ctx context.Context, from, to int64, fn func(int64, ledger.Entry) error) error {
 			_, err := v.ledger.ScanWith(ctx, &p.leader, p.id, p.partition, from, to, fn)
 			return err
