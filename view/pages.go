@@ -137,6 +137,19 @@ func (c *pager) admit(p *Partition, pg *page) {
 	}
 }
 
+// readAhead is the most consecutive pages out of memory LoadAt reads back in one ledger read:
+// a consumer replaying an old history reads forward, and one read costs a round trip.
+const readAhead = 8
+
+// ahead is how many pages LoadAt reads at once: readAhead, or fewer when the budget holds few
+// pages (a read must not evict what it read for).
+func (c *pager) ahead() int {
+	if c == nil || c.budget < 0 {
+		return readAhead
+	}
+	return int(max(1, min(readAhead, c.budget/(pageSize*entrySize)/4)))
+}
+
 // touch marks a page used (callers hold its partition's lock). Lookups of many batches of a
 // page (a Fetch answer) take the cache's lock once, not once per batch.
 func (c *pager) touch(pg *page) {

@@ -241,3 +241,31 @@ func TestLedgerNeeded(t *testing.T) {
 		t.Fatal("ledger offsets not known: LedgerNeeded must say so")
 	}
 }
+
+// A reader walking forward through pages out of memory reads several of them back per ledger
+// read, and every entry still matches.
+func TestReadAhead(t *testing.T) {
+	const n = 100 * pageSize
+	p, m, whole := pagedPartition(t, n, 40*pageSize*entrySize)
+	if got := p.pages.ahead(); got != readAhead {
+		t.Fatalf("read ahead %d pages with a 40-page budget, want %d", got, readAhead)
+	}
+	ctx := context.Background()
+	cold, reads := 0, m.reads
+	for d := int64(0); d < n; d++ {
+		if p.Cold(d) {
+			cold++
+			if err := p.LoadAt(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, ok := p.At(d)
+		b, _ := whole.At(d)
+		if !ok || fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("At(%d) = %+v %v, whole %+v", d, a, ok, b)
+		}
+	}
+	if reads = m.reads - reads; cold == 0 || reads > cold || p.pages.stats().Loads < int64(3*reads) {
+		t.Fatalf("%d ledger reads for %d cold pages met, %d pages read back: no read ahead", reads, cold, p.pages.stats().Loads)
+	}
+}

@@ -526,21 +526,25 @@ func (p *Partition) LoadAt(ctx context.Context, d int64) error {
 	p.mu.RLock()
 	i := sort.Search(len(p.book), func(i int) bool { return p.book[i].end > d })
 	var want []*page
-	for ; i < len(p.book) && len(want) < 2; i++ {
-		if p.book[i].entries == nil {
-			want = append(want, p.book[i])
+	ahead := p.pages.ahead()
+	for ; i < len(p.book) && len(want) < ahead; i++ {
+		pg := p.book[i]
+		if pg.entries != nil {
+			if len(want) > 0 {
+				break // read the cold run found so far
+			}
+			if d < pg.d || len(want) == 0 && i > 0 && pg.d > d {
+				break
+			}
+			continue // the page holding d is in memory: look at the next one
 		}
-		if d < p.book[i].d {
-			break
-		}
+		want = append(want, pg)
 	}
 	p.mu.RUnlock()
-	for _, pg := range want {
-		if err := p.readBack(ctx, pg); err != nil {
-			return err
-		}
+	if len(want) == 0 {
+		return nil
 	}
-	return nil
+	return p.readBack(ctx, want...)
 }
 
 // EpochBase is the highest source leader epoch mirrored (0 when none): the presented leader
@@ -706,13 +710,33 @@ func NewPartition(es []ledger.Entry) *Partition {
 
 // readBack reads an evicted page back from the ledger. Loads of a partition are serialized,
 // so a page wanted by several readers is read once.
-func (p *Partition) readBack(ctx context.Context, pg *page) error {
+func (p *Partition) readBack(ctx context.Context, pgs ...*page) error {
 	p.loadMu.Lock()
 	defer p.loadMu.Unlock()
+	// The pages still out of memory, consecutive in the ledger: one read covers them.
 	p.mu.RLock()
-	resident, ref := pg.entries != nil, pg.ref()
+	var run []*page
+	var ref pageRef
+	for _, pg := range pgs {
+		if pg.entries != nil {
+			if len(run) > 0 {
+				break
+			}
+			continue
+		}
+		r := pg.ref()
+		if len(run) == 0 {
+			ref = r
+		} else if r.from < 0 || r.d != ref.end {
+			break
+		} else {
+			ref.end, ref.to, ref.n = r.end, r.to, ref.n+r.n
+			ref.rewrites = append(append([]int64(nil), ref.rewrites...), r.rewrites...)
+		}
+		run = append(run, pg)
+	}
 	p.mu.RUnlock()
-	if resident {
+	if len(run) == 0 {
 		return nil
 	}
 	if p.pages == nil || ref.from < 0 {
@@ -722,15 +746,21 @@ func (p *Partition) readBack(ctx context.Context, pg *page) error {
 	if err != nil {
 		return err
 	}
-	p.pages.loads.Add(1)
+	p.pages.loads.Add(int64(len(run)))
+	var kept []*page
 	p.mu.Lock()
-	kept := pg.entries == nil && p.pageAt(pg.d) == pg
-	if kept {
-		pg.entries = es
+	for _, pg := range run {
+		part := es[:pg.n:pg.n]
+		es = es[pg.n:]
+		if pg.entries == nil && p.pageAt(pg.d) == pg {
+			pg.entries = part
+			kept = append(kept, pg)
+		}
 	}
 	p.mu.Unlock()
-	if kept {
-		p.pages.admit(p, pg)
+	// The first page is the one wanted now: admitted last, it is the last to go.
+	for i := len(kept) - 1; i >= 0; i-- {
+		p.pages.admit(p, kept[i])
 	}
 	return nil
 }
