@@ -53,7 +53,8 @@ func EachWith(ctx context.Context, cl *kgo.Client, hint *Partition, topic string
 	// well-compressed topic (a ledger) can be tens of times that once decompressed.
 	maxBytes := int32(1 << 20)
 	if to >= 0 {
-		maxBytes = int32(min(1<<20, max(32<<10, (to-from)*1024)))
+		// About 64 bytes per record asked for: ledger entries compress to a few dozen bytes.
+		maxBytes = int32(min(1<<20, max(16<<10, (to-from)*64)))
 	}
 	for attempt := 0; attempt < 60; attempt++ {
 		if attempt > 0 {
