@@ -173,6 +173,33 @@ func (p *Partition) addAt(off int64, le ledger.Entry) bool {
 	return ok
 }
 
+// handOver takes the entries the writer of this process appended, at ledger offsets from
+// first on. An index that holds no data entry has no end to tell a gap by: the partition may
+// have been written by another offsetgate instance since the index was read empty, and this
+// process's writer took it over since (that instance stopped). Taking the writer's first entry
+// would start the index past what the other instance wrote, and every later read of the ledger
+// would skip those entries as known: reads through this process below the takeover would find
+// nothing, for good. Such entries are left to a read of the ledger, in order, which the index
+// is marked stale for.
+func (p *Partition) handOver(first int64, es []ledger.Entry) {
+	p.mu.RLock()
+	empty := len(p.spans) == 0
+	p.mu.RUnlock()
+	if empty {
+		for _, e := range es {
+			if e.Data() {
+				p.stale.Store(true)
+				return
+			}
+		}
+	}
+	for i, e := range es {
+		if !p.addAt(first+int64(i), e) {
+			return
+		}
+	}
+}
+
 // addLocked is addAt under the write lock; sealed is a page it filled, for the cache.
 func (p *Partition) addLocked(off int64, le ledger.Entry) (ok bool, sealed *page) {
 	if le.Kind == ledger.KindRewrite {

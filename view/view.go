@@ -325,11 +325,7 @@ func (v *View) Record(id catalog.TopicID, partition int32, first int64, es []led
 	if p == nil {
 		return
 	}
-	for i, e := range es {
-		if !p.addAt(first+int64(i), e) {
-			return
-		}
-	}
+	p.handOver(first, es)
 }
 
 // errGap stops a ledger read whose entry starts past the index's end.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"offsetgate/catalog"
 	"offsetgate/ledger"
 )
 
@@ -139,6 +140,44 @@ func TestAddLeavesNoGap(t *testing.T) {
 	}
 	if got := p.ToSource(11); got != 11 {
 		t.Fatalf("ToSource(11) = %d, want 11", got)
+	}
+}
+
+// An index read while the partition was empty, which another offsetgate instance then wrote,
+// and which this process's writer took over after that instance stopped: the writer's entries
+// are not taken (an empty index cannot tell they do not follow what it read), and the read of
+// the ledger that the index asks for builds it from the start. Taking them started the index
+// at the takeover, and every read through this process below it found nothing, for good.
+func TestHandOverToEmptyIndex(t *testing.T) {
+	es := []ledger.Entry{
+		{Kind: ledger.KindOwner, Src: -1, Owner: "a"},
+		{Kind: ledger.KindSegment, Src: 0},
+		{Kind: ledger.KindBatch, Src: 0, Last: 9, D: 0, Count: 10, Epoch: 1}, // instance a's
+		{Kind: ledger.KindOwner, Src: -1, Owner: "b"},                        // the takeover
+		{Kind: ledger.KindBatch, Src: 10, Last: 19, D: 10, Count: 10, Epoch: 1},
+	}
+	id := catalog.TopicID{1}
+	v := &View{parts: map[key]*Partition{}}
+	p := v.part(id, 0)
+	p.loaded.Store(true) // read while the ledger was empty
+	v.Record(id, 0, 4, es[4:])
+	if p.Len() != 0 || !p.NeedsRefresh() {
+		t.Fatalf("the writer's entries handed to an empty index: %d entries, refresh asked %v; want none taken and a refresh", p.Len(), p.NeedsRefresh())
+	}
+	p.stale.Store(false) // what the refresh does before reading the ledger
+	for i, e := range es {
+		p.addAt(int64(i), e)
+	}
+	if p.Len() != 2 || p.NeedsRefresh() {
+		t.Fatalf("after the ledger: %d entries, refresh asked %v", p.Len(), p.NeedsRefresh())
+	}
+	if e, ok := p.At(0); !ok || e.Src != 0 {
+		t.Fatalf("At(0) = %+v, %v: want instance a's batch", e, ok)
+	}
+	// From then on the writer's entries follow the index.
+	v.Record(id, 0, 5, []ledger.Entry{{Kind: ledger.KindBatch, Src: 20, Last: 29, D: 20, Count: 10, Epoch: 1}})
+	if p.Len() != 3 || p.NeedsRefresh() {
+		t.Fatalf("the writer's next entry: %d entries, refresh asked %v", p.Len(), p.NeedsRefresh())
 	}
 }
 
