@@ -528,8 +528,9 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		for _, e := range plan.Entries {
 			p.counts.add(e)
 		}
-		if w.cfg.OnEntries != nil && len(plan.Entries) > 0 {
-			w.cfg.OnEntries(p.tid, partition, base+int64(len(entries)-len(plan.Entries)), plan.Entries)
+		if w.cfg.OnEntries != nil {
+			// Every entry appended (the lease renewal too): the view follows ledger offsets.
+			w.cfg.OnEntries(p.tid, partition, base, entries)
 		}
 	}
 

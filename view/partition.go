@@ -174,30 +174,30 @@ func (p *Partition) addAt(off int64, le ledger.Entry) bool {
 }
 
 // handOver takes the entries the writer of this process appended, at ledger offsets from
-// first on. An index that holds no data entry has no end to tell a gap by: the partition may
-// have been written by another offsetgate instance since the index was read empty, and this
-// process's writer took it over since (that instance stopped). Taking the writer's first entry
-// would start the index past what the other instance wrote, and every later read of the ledger
-// would skip those entries as known: reads through this process below the takeover would find
-// nothing, for good. Such entries are left to a read of the ledger, in order, which the index
-// is marked stale for.
+// first on, when they follow what the index took (read from the ledger or handed over) without
+// a gap in ledger offsets. Anything between was never seen by the index: another instance's
+// entries (it wrote the partition since the index was read, and this process took the
+// partition over since), or entries of this process it was not handed (a takeover's claim).
+// Taking the writer's entries past them would start or continue the index past what they
+// describe, and every later read of the ledger would skip those entries as known, for good
+// (data entries), or never apply them (compaction rewrites). They are left to a read of the
+// ledger, in order, which the index is marked stale for.
 func (p *Partition) handOver(first int64, es []ledger.Entry) {
 	p.mu.RLock()
-	empty := len(p.spans) == 0
+	next := p.ledgerNext
 	p.mu.RUnlock()
-	if empty {
-		for _, e := range es {
-			if e.Data() {
-				p.stale.Store(true)
-				return
-			}
-		}
+	if first != next {
+		p.stale.Store(true)
+		return
 	}
 	for i, e := range es {
 		if !p.addAt(first+int64(i), e) {
 			return
 		}
 	}
+	p.mu.Lock()
+	p.ledgerNext = max(p.ledgerNext, first+int64(len(es)))
+	p.mu.Unlock()
 }
 
 // addLocked is addAt under the write lock; sealed is a page it filled, for the cache.

@@ -243,7 +243,8 @@ func (v *View) load(ctx context.Context, t catalog.Topic, partition int32, ensur
 		return nil, fmt.Errorf("source view of %s[%d]: %w", t.Name, partition, err)
 	}
 	p.mu.Lock()
-	p.ledgerNext = next
+	// Never back: the writer may have handed over entries past what this read saw.
+	p.ledgerNext = max(p.ledgerNext, next)
 	p.mu.Unlock()
 	if !p.loaded.Swap(true) {
 		v.log.Info("source view loaded", zap.String("topic", t.Name), zap.Int32("partition", partition),

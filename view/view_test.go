@@ -164,10 +164,11 @@ func TestHandOverToEmptyIndex(t *testing.T) {
 	if p.Len() != 0 || !p.NeedsRefresh() {
 		t.Fatalf("the writer's entries handed to an empty index: %d entries, refresh asked %v; want none taken and a refresh", p.Len(), p.NeedsRefresh())
 	}
-	p.stale.Store(false) // what the refresh does before reading the ledger
+	p.stale.Store(false) // what the refresh does: read the ledger, in order
 	for i, e := range es {
 		p.addAt(int64(i), e)
 	}
+	p.ledgerNext = int64(len(es))
 	if p.Len() != 2 || p.NeedsRefresh() {
 		t.Fatalf("after the ledger: %d entries, refresh asked %v", p.Len(), p.NeedsRefresh())
 	}
@@ -178,6 +179,12 @@ func TestHandOverToEmptyIndex(t *testing.T) {
 	v.Record(id, 0, 5, []ledger.Entry{{Kind: ledger.KindBatch, Src: 20, Last: 29, D: 20, Count: 10, Epoch: 1}})
 	if p.Len() != 3 || p.NeedsRefresh() {
 		t.Fatalf("the writer's next entry: %d entries, refresh asked %v", p.Len(), p.NeedsRefresh())
+	}
+	// Another instance appended a compaction rewrite at 6 the index never saw; this process's
+	// writer appends at 7: not taken (the rewrite would never be applied), a refresh instead.
+	v.Record(id, 0, 7, []ledger.Entry{{Kind: ledger.KindBatch, Src: 30, Last: 39, D: 30, Count: 10, Epoch: 1}})
+	if p.Len() != 3 || !p.NeedsRefresh() {
+		t.Fatalf("entries handed over past a gap in ledger offsets: %d entries, refresh asked %v", p.Len(), p.NeedsRefresh())
 	}
 }
 
