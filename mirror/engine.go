@@ -271,7 +271,7 @@ func (p *part) place(ends, starts, mirrored kadm.ListedOffsets, follow bool) err
 		offset = logStart.Offset
 	}
 	if offset > end.Offset {
-		return fmt.Errorf("the mirror ends at %d, beyond the source's end %d: the source went backwards (truncated or recreated)", offset, end.Offset)
+		return fmt.Errorf("%w: the mirror ends at %d, beyond the source's end %d (truncated or recreated)", ErrSourceBackwards, offset, end.Offset)
 	}
 	p.next = offset
 	p.sum.From, p.sum.To = offset, offset
