@@ -17,9 +17,12 @@ import (
 // them. Event loops read and update it from rewrites (session.Addresses); the refresher keeps
 // it current with offsetgate's own Metadata requests.
 type brokers struct {
-	cfg  *Config
-	log  *zap.Logger
-	opts []kgo.Opt // TLS and SASL for offsetgate's own client
+	cfg *Config
+	// cluster names the cluster in errors ("destination", "source"); bootstrap is its seeds.
+	cluster   string
+	bootstrap []string
+	log       *zap.Logger
+	opts      []kgo.Opt // TLS and SASL for offsetgate's own client
 
 	mu   sync.RWMutex
 	real map[int32]string // node id -> real host:port
@@ -30,8 +33,23 @@ type brokers struct {
 	readyOnce sync.Once
 }
 
-func newBrokers(cfg *Config, log *zap.Logger, opts []kgo.Opt) *brokers {
-	return &brokers{cfg: cfg, log: log, opts: opts, real: map[int32]string{}, seen: make(chan struct{}, 1), ready: make(chan struct{})}
+func newBrokers(cfg *Config, cluster string, bootstrap []string, log *zap.Logger, opts []kgo.Opt) *brokers {
+	return &brokers{cfg: cfg, cluster: cluster, bootstrap: bootstrap, log: log, opts: opts, real: map[int32]string{}, seen: make(chan struct{}, 1), ready: make(chan struct{})}
+}
+
+// sourceAddresses is session.Addresses for a source listener's source connections: a source
+// broker is told at the listener port of its node id raised by the offset (the session raises
+// the id itself).
+type sourceAddresses struct {
+	b     *brokers
+	l     ListenerConfig
+	shift int32
+}
+
+// Broker records the real address and returns the listener's.
+func (a sourceAddresses) Broker(node int32, host string, port int32) (string, int32) {
+	a.b.seenAt(node, host, port)
+	return a.l.AdvertiseHost(), int32(a.l.BrokerPort(node + a.shift))
 }
 
 // listenerAddresses is session.Addresses for the clients of one listener: they are told the
@@ -86,7 +104,7 @@ func (b *brokers) nodes() []int32 {
 // the node is unknown. It may block: never call it on an event loop.
 func (b *brokers) resolve(ctx context.Context, node int32, attempt int) (string, error) {
 	if node < 0 {
-		return b.cfg.Bootstrap[attempt%len(b.cfg.Bootstrap)], nil
+		return b.bootstrap[attempt%len(b.bootstrap)], nil
 	}
 	for i := 0; ; i++ {
 		b.mu.RLock()
@@ -96,7 +114,7 @@ func (b *brokers) resolve(ctx context.Context, node int32, attempt int) (string,
 			return addr, nil
 		}
 		if i == 3 {
-			return "", fmt.Errorf("destination broker node %d is unknown to the cluster metadata", node)
+			return "", fmt.Errorf("%s broker node %d is unknown to the cluster metadata", b.cluster, node)
 		}
 		if err := b.refresh(ctx); err != nil {
 			b.log.Warn("metadata refresh failed", zap.Error(err))
@@ -104,9 +122,9 @@ func (b *brokers) resolve(ctx context.Context, node int32, attempt int) (string,
 	}
 }
 
-// refresh asks the destination for its brokers with offsetgate's own Metadata request.
+// refresh asks the cluster for its brokers with offsetgate's own Metadata request.
 func (b *brokers) refresh(ctx context.Context) error {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Bootstrap...), kgo.DialTimeout(b.cfg.Limits.DialTimeout),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.bootstrap...), kgo.DialTimeout(b.cfg.Limits.DialTimeout),
 		kgo.RequestRetries(1), kgo.RetryTimeout(5 * time.Second)}, b.opts...)...)
 	if err != nil {
 		return err
@@ -118,7 +136,7 @@ func (b *brokers) refresh(ctx context.Context) error {
 	req.Topics = []kmsg.MetadataRequestTopic{}
 	resp, err := req.RequestWith(rctx, cl)
 	if err != nil {
-		return fmt.Errorf("metadata from %v: %w", b.cfg.Bootstrap, err)
+		return fmt.Errorf("%s metadata from %v: %w", b.cluster, b.bootstrap, err)
 	}
 	for _, br := range resp.Brokers {
 		b.learn(br.NodeID, net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))))

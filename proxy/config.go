@@ -44,6 +44,10 @@ type Config struct {
 	// EventLoops is the number of gnet event loops; 0 means one per CPU.
 	EventLoops int `yaml:"event_loops"`
 
+	// Source, when set, is the source cluster, fronted by the listeners with `upstream:
+	// source` (source mode: clients that still use the source go through offsetgate).
+	Source *SourceConfig `yaml:"source"`
+
 	TLS TLSConfig `yaml:"tls"`
 	// UpstreamSASL is offsetgate's own login for the requests it makes itself (metadata).
 	UpstreamSASL *SASLConfig      `yaml:"upstream_sasl"`
@@ -94,6 +98,24 @@ type Config struct {
 	Limits Limits    `yaml:"limits"`
 	Log    LogConfig `yaml:"log"`
 }
+
+// SourceConfig is the source cluster as source listeners reach it.
+type SourceConfig struct {
+	// Bootstrap lists the source cluster's brokers, host:port.
+	Bootstrap []string `yaml:"bootstrap"`
+	// NodeIDOffset is added to the source's node ids as clients see them, so that they never
+	// meet the destination's; a source broker's listener port is that of the raised id.
+	// Default 10000.
+	NodeIDOffset int32 `yaml:"node_id_offset"`
+	// TLS towards the source's brokers.
+	TLS ogtls.ClientConfig `yaml:"tls"`
+	// SASL is offsetgate's own login on the source (its Metadata requests); a SASL listener
+	// needs it, as it needs upstream_sasl for the destination.
+	SASL *SASLConfig `yaml:"sasl"`
+}
+
+// DefaultSourceNodeIDOffset is source.node_id_offset's default.
+const DefaultSourceNodeIDOffset = 10000
 
 // TLSConfig turns TLS on for clients of the single listener (Listener; with `listeners`, each
 // has its own) and towards the destination (Upstream).
@@ -152,7 +174,7 @@ const minHeldBytes = 4 * budgetFloor
 func (c *Config) Defaults() {
 	if c.Transport == "" {
 		c.Transport = "gnet"
-		if c.anyTLSListener() || c.TLS.Upstream.Enabled {
+		if c.anyTLSListener() || c.TLS.Upstream.Enabled || (c.Source != nil && c.Source.TLS.Enabled) {
 			c.Transport = "goroutine"
 		}
 	}
@@ -196,6 +218,9 @@ func (c *Config) Defaults() {
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
+	if c.Source != nil && c.Source.NodeIDOffset == 0 {
+		c.Source.NodeIDOffset = DefaultSourceNodeIDOffset
+	}
 	if c.OwnershipLease == 0 {
 		c.OwnershipLease = 30 * time.Second
 	}
@@ -223,7 +248,7 @@ func (c *Config) Validate() error {
 	}
 	switch c.Transport {
 	case "gnet":
-		if c.anyTLSListener() || c.TLS.Upstream.Enabled {
+		if c.anyTLSListener() || c.TLS.Upstream.Enabled || (c.Source != nil && c.Source.TLS.Enabled) {
 			bad("transport", "gnet carries plaintext only; TLS connections need the goroutine transport (leave transport empty)")
 		}
 	case "goroutine":
@@ -263,6 +288,7 @@ func (c *Config) Validate() error {
 	if len(c.Identities.MTLSUpstream) > 0 && !c.DestinationSASL() {
 		bad("identities.mtls_upstream", "logs clients in to the destination with SASL, which needs a destination that takes SASL (upstream_sasl)")
 	}
+	errs = append(errs, c.validateSource(bad)...)
 	errs = append(errs, c.validateMirroring()...)
 	if c.EventLoops < 0 {
 		bad("event_loops", "must be >= 0")
@@ -400,4 +426,50 @@ func parseConfig(b []byte, path string) (Config, error) {
 	}
 	c.Path = path
 	return c, nil
+}
+
+// validateSource checks the source section and the listeners that front it.
+func (c *Config) validateSource(bad func(key, format string, a ...any)) []error {
+	var errs []error
+	fronted := false
+	for _, l := range c.ListenerList() {
+		fronted = fronted || l.Upstream == UpstreamSource
+	}
+	if c.Source == nil {
+		if fronted {
+			bad("source", "required: a listener has upstream: source")
+		}
+		return nil
+	}
+	if !fronted {
+		bad("source", "no listener fronts the source (give one upstream: source)")
+	}
+	if len(c.Source.Bootstrap) == 0 {
+		bad("source.bootstrap", "required: at least one source broker host:port")
+	}
+	for i, b := range c.Source.Bootstrap {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			bad(fmt.Sprintf("source.bootstrap[%d]", i), "%v", err)
+		}
+	}
+	if c.Source.NodeIDOffset < 1 {
+		bad("source.node_id_offset", "must be at least 1 (above every destination node id)")
+	}
+	if err := c.Source.TLS.Validate("source.tls"); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Source.SASL != nil {
+		if err := c.Source.SASL.validate("source.sasl"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, l := range c.ListenerList() {
+		if l.Upstream == UpstreamSource && l.SASL() && c.Source.SASL == nil {
+			bad(fmt.Sprintf("listeners[%d].security_protocol", i), "%s passes SASL logins to the source too, which takes them only when offsetgate logs in there (source.sasl)", l.SecurityProtocol)
+		}
+	}
+	if len(c.Identities.MTLSUpstream) > 0 {
+		bad("identities.mtls_upstream", "maps certificates to destination logins; a source listener cannot lend them to the source (not supported with source)")
+	}
+	return errs
 }

@@ -158,7 +158,7 @@ func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	cl.acct.b = t.srv.budget
 	cl.lastActive.Store(time.Now().UnixNano())
 	cl.log = t.srv.log.With(zap.String("client", c.RemoteAddr().String()), zap.String("listener", ln.cfg.Name), zap.Int32("node", node))
-	cl.sess = session.New(t.srv.sessionConfig(cl.log, false, ln), cl)
+	cl.sess = session.New(t.srv.sessionConfig(cl.log, false, ln, node), cl)
 	cl.sess.SetIdentity(rules.Identity{Addr: c.RemoteAddr().String(), Listener: ln.cfg.Name})
 	c.SetContext(cl)
 	t.mu.Lock()
@@ -171,7 +171,7 @@ func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 // dial connects to the upstream broker off the loop and enrolls the connection on the
 // client's loop.
 func (t *gnetTransport) dial(cl *gnetClient, c gnet.Conn) {
-	up, err := t.srv.dialUpstream(context.Background(), cl.node)
+	up, err := t.srv.dialUpstream(context.Background(), cl.ln, cl.node)
 	if err != nil {
 		cl.onLoop(func() {
 			cl.log.Warn("closing client: cannot reach the destination broker", zap.Error(err))

@@ -195,6 +195,24 @@ func (s *Server) ownClientOpts() ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// sourceClientOpts are offsetgate's own client options towards the source (its Metadata
+// requests): the source's TLS and SASL.
+func (s *Server) sourceClientOpts() ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	if s.srcTLS != nil {
+		host, _, _ := net.SplitHostPort(s.cfg.Source.Bootstrap[0])
+		opts = append(opts, kgo.DialTLSConfig(s.srcTLS.Config(host)))
+	}
+	if s.cfg.Source.SASL != nil {
+		m, err := s.cfg.Source.SASL.mechanism()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
 // dialOwn opens a raw connection of offsetgate's own to a destination broker, with its own TLS
 // and SASL (the produce-at-offset writer pipelines on it).
 func (s *Server) dialOwn(ctx context.Context, addr string) (*wire.Conn, error) {

@@ -31,7 +31,18 @@ type ListenerConfig struct {
 	// TLS, when set, is this listener's TLS (client_auth request or require lets clients prove
 	// a certificate).
 	TLS *ogtls.ServerConfig `yaml:"tls"`
+	// Upstream is the cluster the bootstrap address fronts: destination (the default) or
+	// source (source mode, with the top-level source section). A source listener also has a
+	// port for every source broker, at the port of its node id raised by
+	// source.node_id_offset, next to the destination brokers' ports.
+	Upstream string `yaml:"upstream"`
 }
+
+// The clusters a listener's bootstrap can front.
+const (
+	UpstreamDestination = "destination"
+	UpstreamSource      = "source"
+)
 
 // DefaultListener names the one listener of a configuration that uses the top-level listen,
 // advertise, broker_ports and tls.listener keys.
@@ -176,6 +187,11 @@ func (c *Config) validateListeners(bad func(key, format string, a ...any)) []err
 			if id < 0 || p <= 0 || p > 65535 {
 				bad(fmt.Sprintf("%s.%d", key("broker_ports"), id), "node id must be >= 0 and port 1-65535")
 			}
+		}
+		switch l.Upstream {
+		case "", UpstreamDestination, UpstreamSource:
+		default:
+			bad(key("upstream"), "%q is not one of destination, source", l.Upstream)
 		}
 		switch l.SecurityProtocol {
 		case ProtocolPlaintext, ProtocolSASLPlaintext:

@@ -26,6 +26,7 @@ type netClient struct {
 	srv   *Server
 	log   *zap.Logger
 	node  int32
+	ln    *listener
 	creds *SASLConfig // the mapped upstream identity's login, if any
 
 	mu      sync.Mutex // guards sess and the fields below
@@ -86,12 +87,12 @@ func (s *Server) serveNet(c net.Conn, ln *listener, node int32) {
 	}
 	id := identityOf(c, log)
 	id.Listener = ln.cfg.Name
-	nc := &netClient{srv: s, node: node, client: c, creds: s.mapping(id), log: log,
+	nc := &netClient{srv: s, node: node, ln: ln, client: c, creds: s.mapping(id), log: log,
 		resume: make(chan struct{}, 1), drained: make(chan struct{}, 1), dialed: make(chan struct{}), done: make(chan struct{})}
 	nc.ctx, nc.cancel = context.WithCancel(context.Background())
 	nc.acct.b = s.budget
 	nc.lastActive.Store(time.Now().UnixNano())
-	nc.sess = session.New(s.sessionConfig(nc.log, nc.creds != nil, ln), nc)
+	nc.sess = session.New(s.sessionConfig(nc.log, nc.creds != nil, ln, node), nc)
 	nc.sess.SetIdentity(id)
 	lowWater := s.cfg.Limits.ClientHighWaterBytes / 2
 	nc.toClient = newOutQueue(lowWater, nc.signal, func(d int64) {
@@ -140,7 +141,7 @@ func (s *Server) serveNet(c net.Conn, ln *listener, node int32) {
 // connectUpstream dials the broker, logs in as the mapped identity when there is one, and
 // then runs the upstream side: a reader goroutine, and the writer on this one.
 func (nc *netClient) connectUpstream() {
-	up, err := nc.srv.dialUpstream(nc.ctx, nc.node)
+	up, err := nc.srv.dialUpstream(nc.ctx, nc.ln, nc.node)
 	if err == nil && nc.creds != nil {
 		ctx, cancel := context.WithTimeout(nc.ctx, 3*nc.srv.cfg.Limits.DialTimeout)
 		err = saslLogin(ctx, up, nc.creds)

@@ -44,6 +44,9 @@ type Server struct {
 	brokers *brokers
 	lns     []*listener   // the named listeners, in configuration order
 	upTLS   *ogtls.Client // nil: plaintext to the destination
+	// source and srcTLS are the source cluster's brokers and TLS (nil: no source mode).
+	source *brokers
+	srcTLS *ogtls.Client
 
 	policy  atomic.Pointer[rules.Policy]
 	catalog *catalog.Catalog
@@ -72,6 +75,9 @@ type listener struct {
 	index int
 	tls   *ogtls.Server // nil: plaintext
 	addrs session.Addresses
+	// srcAddrs, on a listener that fronts the source, is the address map of its source
+	// connections; nil on the others.
+	srcAddrs session.Addresses
 }
 
 // brokerListener names the listener that stands for a destination broker on a listener.
@@ -108,9 +114,26 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.brokers = newBrokers(&s.cfg, log.Named("brokers"), opts)
+	s.brokers = newBrokers(&s.cfg, "destination", cfg.Bootstrap, log.Named("brokers"), opts)
+	if cfg.Source != nil {
+		if cfg.Source.TLS.Enabled {
+			t, err := ogtls.NewClient(cfg.Source.TLS, onErr)
+			if err != nil {
+				return nil, err
+			}
+			s.srcTLS = t
+		}
+		sopts, err := s.sourceClientOpts()
+		if err != nil {
+			return nil, err
+		}
+		s.source = newBrokers(&s.cfg, "source", cfg.Source.Bootstrap, log.Named("source-brokers"), sopts)
+	}
 	for i, lc := range cfg.ListenerList() {
 		ln := &listener{cfg: lc, index: i, addrs: listenerAddresses{s.brokers, lc}}
+		if s.source != nil && lc.Upstream == UpstreamSource {
+			ln.srcAddrs = sourceAddresses{s.source, lc, cfg.Source.NodeIDOffset}
+		}
 		if lc.TLS != nil {
 			t, err := ogtls.NewServer(*lc.TLS, onErr)
 			if err != nil {
@@ -150,7 +173,35 @@ func (s *Server) ListenerAddr(name string) string {
 	return ""
 }
 
-func (s *Server) sessionConfig(log *zap.Logger, mapped bool, ln *listener) session.Config {
+// toSource reports whether a connection to node on listener ln goes to the source: a source
+// broker's raised id, or the bootstrap of a listener that fronts the source.
+func (s *Server) toSource(ln *listener, node int32) bool {
+	if ln.srcAddrs == nil {
+		return false
+	}
+	return node < 0 || node >= s.cfg.Source.NodeIDOffset
+}
+
+func (s *Server) sessionConfig(log *zap.Logger, mapped bool, ln *listener, node int32) session.Config {
+	if s.toSource(ln, node) {
+		// The mirror rules judge the destination only: a source connection is a direct
+		// client's, with node ids and addresses translated (session/source.go).
+		return session.Config{
+			Admit:           s.admit(false),
+			NoSASL:          !ln.cfg.SASL(),
+			OnIdentity:      s.logIdentity(log),
+			MaxFrame:        s.cfg.Limits.MaxFrameBytes,
+			MaxInFlight:     s.cfg.Limits.MaxInFlight,
+			ClientHighWater: s.cfg.Limits.ClientHighWaterBytes,
+			Addresses:       ln.srcAddrs,
+			NodeShift:       s.cfg.Source.NodeIDOffset,
+			Observer:        observer{s.metrics},
+			Log:             log,
+			Draining:        s.draining.Load,
+			InFlight:        &s.inFlight,
+			Policy:          s.policy.Load,
+		}
+	}
 	return session.Config{
 		Admit:            s.admit(mapped),
 		UpstreamLoggedIn: mapped,
@@ -248,7 +299,11 @@ func (s *Server) Run(ctx context.Context) error {
 
 	// Learn the destination's brokers and keep their listeners up.
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.refreshLoop(runCtx) }()
+	go func() { defer s.wg.Done(); s.refreshLoop(runCtx, s.brokers) }()
+	if s.source != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.refreshLoop(runCtx, s.source) }()
+	}
 	for _, ln := range s.lns {
 		s.log.Info("offsetgate listening", zap.String("listener", ln.cfg.Name), zap.String("bootstrap", ln.cfg.Listen),
 			zap.String("advertise", ln.cfg.AdvertiseHost()), zap.String("security_protocol", ln.cfg.SecurityProtocol),
@@ -343,50 +398,81 @@ func (s *Server) Policy() *rules.Policy { return s.policy.Load() }
 // Catalog is the server's catalog of topic ids and mirror marks (nil before Run loads it).
 func (s *Server) Catalog() *catalog.Catalog { return s.catalog }
 
-func (s *Server) refreshLoop(ctx context.Context) {
+// refreshLoop keeps a cluster's brokers and their listeners current.
+func (s *Server) refreshLoop(ctx context.Context, b *brokers) {
 	delay := time.Duration(0)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay):
-			if err := s.brokers.refresh(ctx); err != nil {
-				s.log.Warn("destination metadata refresh failed", zap.Error(err))
+			if err := b.refresh(ctx); err != nil {
+				s.log.Warn("metadata refresh failed", zap.String("cluster", b.cluster), zap.Error(err))
 				delay = 2 * time.Second
 			} else {
 				delay = 30 * time.Second
 			}
-		case <-s.brokers.seen:
+		case <-b.seen:
 		}
 		s.ensureListeners()
 	}
 }
 
-// ensureListeners opens, on every listener, a listener for every known broker that has none.
+// ensureListeners opens, on every listener, a listener for every known destination broker
+// that has none, and on every source listener one for every known source broker (at its
+// raised node id).
 func (s *Server) ensureListeners() {
 	for _, node := range s.brokers.nodes() {
-		for _, ln := range s.lns {
-			k := brokerListener{ln.index, node}
-			s.mu.Lock()
-			_, ok := s.listeners[k]
-			s.mu.Unlock()
-			if ok || s.draining.Load() {
-				continue
-			}
-			addr := net.JoinHostPort(ln.cfg.ListenHost(), strconv.Itoa(ln.cfg.BrokerPort(node)))
-			l, err := net.Listen("tcp", addr)
-			if err != nil {
-				s.log.Error("cannot open the listener for a destination broker", zap.String("listener", ln.cfg.Name), zap.Int32("node", node),
-					zap.String("addr", addr), zap.Error(err))
-				continue
-			}
-			s.mu.Lock()
-			s.listeners[k] = l
-			s.mu.Unlock()
-			s.log.Info("broker listener up", zap.String("listener", ln.cfg.Name), zap.Int32("node", node), zap.String("addr", addr))
-			s.wg.Add(1)
-			go func() { defer s.wg.Done(); s.accept(l, ln, node) }()
+		if s.source != nil && node >= s.cfg.Source.NodeIDOffset {
+			s.log.Error("a destination node id is in the range of the source's presented ids: raise source.node_id_offset", zap.Int32("node", node))
+			continue
 		}
+		s.ensureBrokerListeners(node, false)
+	}
+	if s.source != nil {
+		for _, node := range s.source.nodes() {
+			s.ensureBrokerListeners(node+s.cfg.Source.NodeIDOffset, true)
+		}
+	}
+}
+
+// ensureBrokerListeners opens the listeners that stand for one presented node id (on source
+// listeners only, for a source broker).
+func (s *Server) ensureBrokerListeners(node int32, source bool) {
+	cluster := "destination"
+	if source {
+		cluster = "source"
+	}
+	for _, ln := range s.lns {
+		if source && ln.srcAddrs == nil {
+			continue
+		}
+		k := brokerListener{ln.index, node}
+		s.mu.Lock()
+		_, ok := s.listeners[k]
+		s.mu.Unlock()
+		if ok || s.draining.Load() {
+			continue
+		}
+		port := ln.cfg.BrokerPort(node)
+		if port > 65535 {
+			s.log.Error("the listener port of a broker is beyond 65535: pin it with broker_ports or lower source.node_id_offset",
+				zap.String("listener", ln.cfg.Name), zap.String("cluster", cluster), zap.Int32("node", node), zap.Int("port", port))
+			continue
+		}
+		addr := net.JoinHostPort(ln.cfg.ListenHost(), strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			s.log.Error("cannot open the listener for a broker", zap.String("listener", ln.cfg.Name), zap.String("cluster", cluster), zap.Int32("node", node),
+				zap.String("addr", addr), zap.Error(err))
+			continue
+		}
+		s.mu.Lock()
+		s.listeners[k] = l
+		s.mu.Unlock()
+		s.log.Info("broker listener up", zap.String("listener", ln.cfg.Name), zap.String("cluster", cluster), zap.Int32("node", node), zap.String("addr", addr))
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.accept(l, ln, node) }()
 	}
 }
 
@@ -428,16 +514,23 @@ func (s *Server) accept(l net.Listener, ln *listener, node int32) {
 
 // dialUpstream connects to the broker a listener stands for (node -1: a bootstrap broker,
 // trying each in turn). It blocks: never call it on an event loop.
-func (s *Server) dialUpstream(ctx context.Context, node int32) (net.Conn, error) {
+func (s *Server) dialUpstream(ctx context.Context, ln *listener, node int32) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*s.cfg.Limits.DialTimeout)
 	defer cancel()
+	b, upTLS, cluster := s.brokers, s.upTLS, "destination"
+	if s.toSource(ln, node) {
+		b, upTLS, cluster = s.source, s.srcTLS, "source"
+		if node >= 0 {
+			node -= s.cfg.Source.NodeIDOffset
+		}
+	}
 	attempts := 1
 	if node < 0 {
-		attempts = len(s.cfg.Bootstrap)
+		attempts = len(b.bootstrap)
 	}
 	var last error
 	for i := 0; i < attempts; i++ {
-		addr, err := s.brokers.resolve(ctx, node, i)
+		addr, err := b.resolve(ctx, node, i)
 		if err != nil {
 			last = err
 			continue
@@ -449,18 +542,18 @@ func (s *Server) dialUpstream(ctx context.Context, node int32) (net.Conn, error)
 				_ = tc.SetNoDelay(true)
 				setSendBuffer(tc, s.cfg.Limits.SocketSendBytes)
 			}
-			if s.upTLS == nil {
+			if upTLS == nil {
 				s.metrics.upstreamDials.Inc()
 				return c, nil
 			}
 			host, _, _ := net.SplitHostPort(addr)
-			tc := tls.Client(c, s.upTLS.Config(host))
+			tc := tls.Client(c, upTLS.Config(host))
 			if err = tc.HandshakeContext(ctx); err == nil {
 				s.metrics.upstreamDials.Inc()
 				return tc, nil
 			}
 			c.Close()
-			err = fmt.Errorf("TLS to destination broker %s: %w", addr, err)
+			err = fmt.Errorf("TLS to %s broker %s: %w", cluster, addr, err)
 		}
 		last = err
 	}
@@ -554,6 +647,10 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		if !s.brokers.isReady() {
 			http.Error(w, "destination cluster not reached yet", http.StatusServiceUnavailable)
+			return
+		}
+		if s.source != nil && !s.source.isReady() {
+			http.Error(w, "source cluster not reached yet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

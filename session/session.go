@@ -105,6 +105,10 @@ type Config struct {
 	// View, when set, gives consumers of mirror topics the source's offsets, epochs and
 	// batches; without it they see the destination's.
 	View View
+	// NodeShift, when above zero, makes this a source connection (source.go): the upstream is
+	// a broker of the source cluster, whose node ids clients see raised by NodeShift. Catalog,
+	// Mirror and View are then nil: the mirror rules judge the destination only.
+	NodeShift int32
 	// WaitTimeout bounds a request's wait for the destination: lookups, source-view loads and
 	// durable writes (DefaultWaitTimeout when zero).
 	WaitTimeout time.Duration
@@ -409,6 +413,11 @@ func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 	hd := handlerFor(h.key)
 	if hd != nil && hd.isActive(s) {
 		if err := s.judge(hd, r); err != nil {
+			return nil, false, err
+		}
+	}
+	if s.cfg.NodeShift > 0 {
+		if err := s.fromSource(r); err != nil {
 			return nil, false, err
 		}
 	}
