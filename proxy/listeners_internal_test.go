@@ -162,3 +162,45 @@ func TestReloadRuleForListener(t *testing.T) {
 		t.Fatalf("a rule that can match was not taken: %v", logs.All())
 	}
 }
+
+// Source mode's keys: a listener fronts the source only with a source section, a source
+// section needs a listener that fronts it, and the defaults are filled in.
+func TestSourceConfig(t *testing.T) {
+	const base = `bootstrap: [127.0.0.1:1]
+source:
+  bootstrap: [127.0.0.1:2]
+listeners:
+  - name: apps
+    listen: 127.0.0.1:9092
+    upstream: source
+  - name: mirror
+    listen: 127.0.0.1:9192
+`
+	c, err := parseValid(t, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source.NodeIDOffset != DefaultSourceNodeIDOffset || c.ListenerList()[0].Upstream != UpstreamSource {
+		t.Fatalf("source: %+v, listeners %+v", c.Source, c.ListenerList())
+	}
+	for name, tc := range map[string]struct{ from, to, want string }{
+		"no source section": {"source:\n  bootstrap: [127.0.0.1:2]\n", "", `"source": required: a listener has upstream: source`},
+		"nobody fronts it":  {"    upstream: source\n", "", `"source": no listener fronts the source`},
+		"unknown upstream":  {"upstream: source", "upstream: sauce", `"listeners[0].upstream": "sauce" is not one of destination, source`},
+		"no source seeds":   {"  bootstrap: [127.0.0.1:2]\n", "  bootstrap: []\n", `"source.bootstrap": required`},
+		"negative offset":   {"  bootstrap: [127.0.0.1:2]\n", "  bootstrap: [127.0.0.1:2]\n  node_id_offset: -5\n", `"source.node_id_offset"`},
+		"SASL, no source login": {"    upstream: source\n", "    upstream: source\n    security_protocol: SASL_PLAINTEXT\n",
+			"source.sasl"},
+	} {
+		body := strings.Replace(base, tc.from, tc.to, 1)
+		if strings.Contains(tc.want, "sasl") {
+			body = "upstream_sasl: {mechanism: PLAIN, username: og, password: x}\n" + body
+		}
+		if body == base {
+			t.Fatalf("%s: the change does not apply", name)
+		}
+		if _, err := parseValid(t, body); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/internal/ports"
+	"offsetgate/internal/realclients"
 	"offsetgate/internal/testkafka"
 	"offsetgate/proxy"
 )
@@ -19,7 +20,7 @@ import (
 // startSourceMode runs offsetgate with one listener that fronts the source (bootstrap) and
 // the destination (its brokers' ports) at once; the shared clusters both number their
 // brokers from 1, so the source's are presented from shift+1.
-func startSourceMode(t *testing.T, pair *testkafka.Pair, shift int32) *running {
+func startSourceMode(t *testing.T, pair *testkafka.Pair, shift int32, transport string) *running {
 	t.Helper()
 	// The source's brokers get ports of a block of their own, pinned by their raised ids.
 	spare, err := ports.Block(len(pair.Source.Nodes))
@@ -30,7 +31,7 @@ func startSourceMode(t *testing.T, pair *testkafka.Pair, shift int32) *running {
 	for i, n := range pair.Source.Nodes {
 		pinned[n.ID+shift] = spare + i
 	}
-	r := startProxy(t, pair.Dest, "gnet", func(c *proxy.Config) {
+	r := startProxy(t, pair.Dest, transport, func(c *proxy.Config) {
 		c.Listeners = []proxy.ListenerConfig{{Name: "main", Listen: c.Listen, BrokerPorts: pinned, Upstream: proxy.UpstreamSource}}
 		c.Listen = ""
 		c.Source = &proxy.SourceConfig{Bootstrap: pair.Source.Addrs(), NodeIDOffset: shift}
@@ -44,9 +45,15 @@ func startSourceMode(t *testing.T, pair *testkafka.Pair, shift int32) *running {
 // destination), with the source's brokers presented at node ids of their own range and the
 // listener's ports; the destination's brokers stay reachable on the same listener.
 func TestSourceMode(t *testing.T) {
+	for _, transport := range []string{"gnet", "goroutine"} {
+		t.Run(transport, func(t *testing.T) { testSourceMode(t, transport) })
+	}
+}
+
+func testSourceMode(t *testing.T, transport string) {
 	pair := testkafka.Shared(t)
 	const shift = 20
-	r := startSourceMode(t, pair, shift)
+	r := startSourceMode(t, pair, shift, transport)
 	defer r.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -215,6 +222,55 @@ func TestSourceMode(t *testing.T) {
 	for _, b := range dtd[dtopic].Partitions {
 		if b.Leader > shift {
 			t.Fatalf("destination partition led by %d, in the source's range", b.Leader)
+		}
+	}
+}
+
+// The Java client and librdkafka (confluent-kafka) through source mode: both produce to a
+// source topic and read it all back, with a group, through offsetgate; the records are on the
+// source at the offsets the clients saw.
+func TestSourceModeRealClients(t *testing.T) {
+	pair := testkafka.Shared(t)
+	r := startSourceMode(t, pair, 20, "gnet")
+	defer r.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	topic := fmt.Sprintf("srcmode-real-%d", time.Now().UnixNano())
+	if err := pair.Source.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := realclients.JavaProduce(ctx, r.addr, topic, 100, "java", ""); err != nil {
+		t.Fatalf("Java producer through source mode: %v", err)
+	}
+	if err := realclients.PythonProduce(ctx, r.addr, topic, 100, "py"); err != nil {
+		t.Fatalf("librdkafka producer through source mode: %v", err)
+	}
+	java, err := realclients.JavaConsume(ctx, r.addr, topic, 200, 120000, topic+"-java")
+	if err != nil {
+		t.Fatalf("Java consumer through source mode: %v", err)
+	}
+	py, err := realclients.PythonConsume(ctx, r.addr, topic, 200, 120, topic+"-py")
+	if err != nil {
+		t.Fatalf("librdkafka consumer through source mode: %v", err)
+	}
+	// What the source holds, read directly.
+	direct, err := realclients.JavaConsume(ctx, pair.Source.Bootstrap(), topic, 200, 120000, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]realclients.Record{}
+	for _, rec := range direct {
+		at[fmt.Sprintf("%d/%d", rec.Partition, rec.Offset)] = rec
+	}
+	for name, got := range map[string][]realclients.Record{"Java": java, "librdkafka": py} {
+		if len(got) != 200 {
+			t.Fatalf("%s consumed %d records through source mode, want 200", name, len(got))
+		}
+		for _, rec := range got {
+			d, ok := at[fmt.Sprintf("%d/%d", rec.Partition, rec.Offset)]
+			if !ok || d.Value != rec.Value || d.Key != rec.Key {
+				t.Fatalf("%s read %+v through source mode; the source holds %+v there", name, rec, d)
+			}
 		}
 	}
 }
