@@ -50,7 +50,10 @@ type Catalog struct {
 	byName map[string]TopicID // confirmed: learned after the marks were read up to date
 	byID   map[TopicID]string
 	marks  map[TopicID]*rules.Mark
-	live   atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
+	// moves are the consumer groups' live moves (moves.go), keyed by group.
+	moves    map[string]*Move
+	anyMoves atomic.Bool
+	live     atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
 	// applied is the offset after the last marks record applied: Sync waits for it to reach
 	// the marks topic's end.
 	applied atomic.Int64
@@ -72,7 +75,7 @@ func Open(ctx context.Context, opts []kgo.Opt, log *zap.Logger) (*Catalog, error
 		return nil, err
 	}
 	c := &Catalog{cl: cl, log: log, byName: map[string]TopicID{}, byID: map[TopicID]string{},
-		marks: map[TopicID]*rules.Mark{}, ready: make(chan struct{})}
+		marks: map[TopicID]*rules.Mark{}, moves: map[string]*Move{}, ready: make(chan struct{})}
 	if err := c.ensureTopic(ctx); err != nil {
 		cl.Close()
 		return nil, err
@@ -155,6 +158,10 @@ func (c *Catalog) Run(ctx context.Context) {
 func (c *Catalog) Ready() <-chan struct{} { return c.ready }
 
 func (c *Catalog) apply(r *kgo.Record) {
+	if strings.HasPrefix(string(r.Key), movePrefix) {
+		c.applyMove(r)
+		return
+	}
 	id, err := parseID(string(r.Key))
 	if err != nil {
 		c.log.Warn("ignoring a marks record with a bad key", zap.ByteString("key", r.Key))

@@ -28,6 +28,7 @@ import (
 
 	"offsetgate/atoffset"
 	"offsetgate/catalog"
+	"offsetgate/moves"
 	"offsetgate/rules"
 	"offsetgate/session"
 	"offsetgate/state"
@@ -47,6 +48,8 @@ type Server struct {
 	// source and srcTLS are the source cluster's brokers and TLS (nil: no source mode).
 	source *brokers
 	srcTLS *ogtls.Client
+	// moves is the groups' live moves as source connections see them (nil without a source).
+	moves session.Moves
 
 	policy  atomic.Pointer[rules.Policy]
 	catalog *catalog.Catalog
@@ -195,6 +198,8 @@ func (s *Server) sessionConfig(log *zap.Logger, mapped bool, ln *listener, node 
 			ClientHighWater: s.cfg.Limits.ClientHighWaterBytes,
 			Addresses:       ln.srcAddrs,
 			NodeShift:       s.cfg.Source.NodeIDOffset,
+			Moves:           s.moves,
+			DestAddresses:   ln.addrs,
 			Observer:        observer{s.metrics},
 			Log:             log,
 			Draining:        s.draining.Load,
@@ -258,6 +263,13 @@ func (s *Server) Run(ctx context.Context) error {
 	defer st.Close()
 	defer cancel() // st.Close waits for what runs until runCtx ends
 	s.catalog, s.view, s.writer = st.Catalog, st.View, st.Writer
+	if s.source != nil {
+		stop, err := s.startMoves(runCtx, st)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if s.cfg.Path != "" {
 		s.wg.Add(1)
 		w := newConfigWatcher(&s.cfg, s.log, func(p *rules.Policy) { s.policy.Store(p) })
@@ -671,4 +683,48 @@ func viewMemory(mb int64) int64 {
 		return mb
 	}
 	return mb << 20
+}
+
+// startMoves runs the driver of the groups' live moves (package moves) and gives source
+// connections the moves; stop waits for the driver and closes its clients.
+func (s *Server) startMoves(ctx context.Context, st *state.State) (stop func(), err error) {
+	sopts, err := s.sourceClientOpts()
+	if err != nil {
+		return nil, err
+	}
+	src, err := kgo.NewClient(append(sopts, kgo.SeedBrokers(s.cfg.Source.Bootstrap...), kgo.ClientID("offsetgate-moves"))...)
+	if err != nil {
+		return nil, fmt.Errorf("source %v: %w", s.cfg.Source.Bootstrap, err)
+	}
+	dopts, err := s.ownClientOpts()
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	dest, err := kgo.NewClient(append(dopts, kgo.SeedBrokers(s.cfg.Bootstrap...), kgo.ClientID("offsetgate-moves"))...)
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
+	}
+	s.moves = sessionMoves{st.Catalog, dest}
+	d := moves.New(moves.Config{Catalog: st.Catalog, View: st.View, Source: src, Dest: dest, Log: s.log.Named("moves")})
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	return func() {
+		cancel()
+		<-done
+		src.Close()
+		dest.Close()
+	}, nil
+}
+
+// sessionMoves is session.Moves: the catalog's moves, and the destination's coordinators.
+type sessionMoves struct {
+	*catalog.Catalog
+	dest *kgo.Client
+}
+
+func (m sessionMoves) DestCoordinator(ctx context.Context, group string) (int32, string, int32, error) {
+	return moves.DestCoordinator(ctx, m.dest, group)
 }

@@ -109,6 +109,10 @@ type Config struct {
 	// a broker of the source cluster, whose node ids clients see raised by NodeShift. Catalog,
 	// Mirror and View are then nil: the mirror rules judge the destination only.
 	NodeShift int32
+	// Moves, on a source connection, is the groups' live moves (moves.go); DestAddresses is the
+	// listener's address map of the destination's brokers, for the coordinator of a moved group.
+	Moves         Moves
+	DestAddresses Addresses
 	// WaitTimeout bounds a request's wait for the destination: lookups, source-view loads and
 	// durable writes (DefaultWaitTimeout when zero).
 	WaitTimeout time.Duration

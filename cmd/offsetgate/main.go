@@ -29,6 +29,7 @@ func commands() []command {
 		{"mirror", "mirror topics from a source cluster through offsetgate, offsets included", runMirror},
 		{"status", "show every mirror partition: mirrored end, shift segments, epoch, lag, halts", runStatus},
 		{"verify", "compare a topic on the source and through offsetgate, batch by batch (exit 0 identical, 1 different, 2 error, 3 lost at the head)", runVerify},
+		{"cutover", "move a consumer group live from the source to the destination (source listeners; --wait, --abort)", runCutover},
 		{"promote", "make a mirror topic an ordinary one once its source is retired (removes the mirror mark)", runPromote},
 		{"demo", "the whole journey in one process on embedded clusters: mirror a topic, move a consumer group, verify", runDemo},
 		{"version", "print the version and the protocol library it was built with", runVersion},

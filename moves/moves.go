@@ -1,0 +1,257 @@
+// Package moves advances the live moves of consumer groups from the source cluster to the
+// destination (catalog.Move; what source connections do in each state is session/moves.go).
+// Every offsetgate instance with a source runs a Driver: the steps are idempotent, so several
+// drivers agree, and a move goes on when the instance that started it is gone.
+//
+//   - draining → final once the source's group holds no partition and every member has
+//     rejoined since it last held one (each member's subscription owns nothing): the members'
+//     commits for what they processed are on the source. An empty group is final at once.
+//   - final → moved once the source's committed offsets are copied to the destination, in
+//     destination offsets (the source view's CommitToDest), after the mirror has reached them.
+//
+// A group that cannot move (not a consumer group, a KIP-848 group, a topic that is not
+// mirrored) is failed with the reason, and its members go on with the source.
+package moves
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"offsetgate/catalog"
+	"offsetgate/view"
+)
+
+// Config is what a driver needs.
+type Config struct {
+	Catalog *catalog.Catalog
+	View    *view.View
+	// Source and Dest are offsetgate's own clients of the two clusters.
+	Source, Dest *kgo.Client
+	// Interval is the time between two steps (default 250ms).
+	Interval time.Duration
+	Log      *zap.Logger
+}
+
+// Driver advances moves.
+type Driver struct {
+	cfg       Config
+	src, dest *kadm.Client
+	waiting   map[string]string // group -> what it waits for, logged when it changes
+}
+
+// New makes a driver; Run runs it.
+func New(cfg Config) *Driver {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 250 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &Driver{cfg: cfg, src: kadm.NewClient(cfg.Source), dest: kadm.NewClient(cfg.Dest), waiting: map[string]string{}}
+}
+
+// Run steps every move in progress until ctx ends.
+func (d *Driver) Run(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !d.cfg.Catalog.HasMoves() {
+			continue
+		}
+		for _, m := range d.cfg.Catalog.Moves() {
+			var err error
+			switch m.State {
+			case catalog.MoveDraining:
+				err = d.drain(ctx, m)
+			case catalog.MoveFinal:
+				err = d.copy(ctx, m)
+			default:
+				continue
+			}
+			var refused errRefused
+			if errors.As(err, &refused) {
+				d.cfg.Log.Error("group move failed", zap.String("group", m.Group), zap.Error(err))
+				m.State, m.Reason, m.Since = catalog.MoveFailed, err.Error(), time.Time{}
+				if err := d.cfg.Catalog.StoreMove(ctx, m); err != nil {
+					d.cfg.Log.Warn("storing a failed move", zap.String("group", m.Group), zap.Error(err))
+				}
+				continue
+			}
+			if err != nil && ctx.Err() == nil {
+				d.wait(m.Group, err.Error())
+			}
+		}
+	}
+}
+
+// errRefused is a group that cannot move.
+type errRefused struct{ error }
+
+func refuse(format string, a ...any) error { return errRefused{fmt.Errorf(format, a...)} }
+
+// wait logs what a move waits for, once per change.
+func (d *Driver) wait(group, why string) {
+	if d.waiting[group] == why {
+		return
+	}
+	d.waiting[group] = why
+	d.cfg.Log.Info("group move waiting", zap.String("group", group), zap.String("for", why))
+}
+
+// advance stores a move's next state.
+func (d *Driver) advance(ctx context.Context, m catalog.Move, to catalog.MoveState) error {
+	from := m.State
+	m.State, m.Since, m.Reason = to, time.Time{}, ""
+	if err := d.cfg.Catalog.StoreMove(ctx, m); err != nil {
+		return err
+	}
+	delete(d.waiting, m.Group)
+	d.cfg.Log.Info("group move", zap.String("group", m.Group), zap.String("from", string(from)), zap.String("to", string(to)))
+	return nil
+}
+
+// drain checks whether the source's group has let go of every partition.
+func (d *Driver) drain(ctx context.Context, m catalog.Move) error {
+	listed, err := d.src.ListGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the source's groups: %w", err)
+	}
+	if lg, ok := listed[m.Group]; ok && lg.GroupType == "consumer" {
+		return refuse("group %s uses the consumer group protocol of KIP-848, which offsetgate does not move yet (classic groups only)", m.Group)
+	}
+	described, err := d.src.DescribeGroups(ctx, m.Group)
+	if err != nil {
+		return fmt.Errorf("describing group %s on the source: %w", m.Group, err)
+	}
+	g, ok := described[m.Group]
+	if !ok || g.Err != nil {
+		return fmt.Errorf("describing group %s on the source: %v", m.Group, g.Err)
+	}
+	switch g.State {
+	case "Empty", "Dead":
+		return d.advance(ctx, m, catalog.MoveFinal)
+	case "Stable":
+	default:
+		return fmt.Errorf("the source's group to settle (%s)", g.State)
+	}
+	if g.ProtocolType != "consumer" {
+		return refuse("group %s has protocol type %q: only consumer groups move", m.Group, g.ProtocolType)
+	}
+	for _, mem := range g.Members {
+		a, ok := mem.Assigned.AsConsumer()
+		if !ok {
+			return refuse("member %s of group %s has an assignment that is not a consumer's", mem.MemberID, m.Group)
+		}
+		if len(a.Topics) > 0 {
+			return fmt.Errorf("member %s to give up its partitions", mem.MemberID)
+		}
+		j, ok := mem.Join.AsConsumer()
+		if !ok {
+			return refuse("member %s of group %s has a subscription that is not a consumer's", mem.MemberID, m.Group)
+		}
+		if len(j.OwnedPartitions) > 0 {
+			return fmt.Errorf("member %s to rejoin without partitions", mem.MemberID)
+		}
+	}
+	return d.advance(ctx, m, catalog.MoveFinal)
+}
+
+// copy copies the source's final commits to the destination once the mirror has reached them.
+func (d *Driver) copy(ctx context.Context, m catalog.Move) error {
+	committed, err := d.src.FetchOffsets(ctx, m.Group)
+	if err != nil {
+		return fmt.Errorf("the source's commits of group %s: %w", m.Group, err)
+	}
+	if err := committed.Error(); err != nil {
+		return fmt.Errorf("the source's commits of group %s: %w", m.Group, err)
+	}
+	var names []string
+	for topic := range committed {
+		names = append(names, topic)
+	}
+	if err := d.cfg.Catalog.Refresh(ctx, names); err != nil {
+		return fmt.Errorf("looking up the group's topics on the destination: %w", err)
+	}
+	out := kadm.Offsets{}
+	var wait error
+	committed.Each(func(o kadm.OffsetResponse) {
+		if wait != nil || o.At < 0 {
+			return
+		}
+		t, ok := d.cfg.Catalog.ByName(o.Topic)
+		if !ok || t.Mark == nil {
+			wait = refuse("group %s has offsets of %s, which is not a mirror topic on the destination", m.Group, o.Topic)
+			return
+		}
+		pv, err := d.cfg.View.Load(ctx, t, o.Partition)
+		if err != nil {
+			wait = fmt.Errorf("the source view of %s[%d]: %w", o.Topic, o.Partition, err)
+			return
+		}
+		if pv.End() < o.At {
+			pv.Stale() // read the ledger again next time: another instance may be writing it
+			wait = fmt.Errorf("the mirror of %s[%d] to reach %d (at %d)", o.Topic, o.Partition, o.At, pv.End())
+			return
+		}
+		out.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: pv.CommitToDest(o.At), LeaderEpoch: -1, Metadata: o.Metadata})
+	})
+	if wait != nil {
+		return wait
+	}
+	if len(out) > 0 {
+		resp, err := d.dest.CommitOffsets(ctx, m.Group, out)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("committing group %s's offsets on the destination: %w", m.Group, err)
+		}
+	}
+	return d.advance(ctx, m, catalog.MoveMoved)
+}
+
+// DestCoordinator finds a group's coordinator on the destination with offsetgate's own client.
+func DestCoordinator(ctx context.Context, dest *kgo.Client, group string) (int32, string, int32, error) {
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey = group
+	req.CoordinatorKeys = []string{group}
+	resp, err := req.RequestWith(ctx, dest)
+	if err != nil {
+		return -1, "", -1, err
+	}
+	if len(resp.Coordinators) > 0 {
+		c := resp.Coordinators[0]
+		if err := kerrFor(c.ErrorCode, c.ErrorMessage); err != nil {
+			return -1, "", -1, err
+		}
+		return c.NodeID, c.Host, c.Port, nil
+	}
+	if err := kerrFor(resp.ErrorCode, resp.ErrorMessage); err != nil {
+		return -1, "", -1, err
+	}
+	return resp.NodeID, resp.Host, resp.Port, nil
+}
+
+func kerrFor(code int16, msg *string) error {
+	if code == 0 {
+		return nil
+	}
+	err := kerr.ErrorForCode(code)
+	if msg != nil && *msg != "" {
+		return fmt.Errorf("%w: %s", err, *msg)
+	}
+	return err
+}
