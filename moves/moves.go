@@ -27,6 +27,7 @@ import (
 
 	"offsetgate/catalog"
 	"offsetgate/view"
+	"offsetgate/wire"
 )
 
 // Config is what a driver needs.
@@ -35,6 +36,9 @@ type Config struct {
 	View    *view.View
 	// Source and Dest are offsetgate's own clients of the two clusters.
 	Source, Dest *kgo.Client
+	// Dial connects to a destination broker as offsetgate itself (its TLS and SASL), for the
+	// carriers of moved groups' requests.
+	Dial func(ctx context.Context, addr string) (*wire.Conn, error)
 	// Interval is the time between two steps (default 250ms).
 	Interval time.Duration
 	Log      *zap.Logger

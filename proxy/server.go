@@ -199,7 +199,6 @@ func (s *Server) sessionConfig(log *zap.Logger, mapped bool, ln *listener, node 
 			Addresses:       ln.srcAddrs,
 			NodeShift:       s.cfg.Source.NodeIDOffset,
 			Moves:           s.moves,
-			DestAddresses:   ln.addrs,
 			Observer:        observer{s.metrics},
 			Log:             log,
 			Draining:        s.draining.Load,
@@ -706,8 +705,9 @@ func (s *Server) startMoves(ctx context.Context, st *state.State) (stop func(), 
 		src.Close()
 		return nil, fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
 	}
-	s.moves = sessionMoves{st.Catalog, dest}
-	d := moves.New(moves.Config{Catalog: st.Catalog, View: st.View, Source: src, Dest: dest, Log: s.log.Named("moves")})
+	mcfg := &moves.Config{Catalog: st.Catalog, View: st.View, Source: src, Dest: dest, Dial: s.dialOwn, Log: s.log.Named("moves")}
+	s.moves = sessionMoves{st.Catalog, mcfg}
+	d := moves.New(*mcfg)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
@@ -719,12 +719,10 @@ func (s *Server) startMoves(ctx context.Context, st *state.State) (stop func(), 
 	}, nil
 }
 
-// sessionMoves is session.Moves: the catalog's moves, and the destination's coordinators.
+// sessionMoves is session.Moves: the catalog's moves, and carriers of moved groups' requests.
 type sessionMoves struct {
 	*catalog.Catalog
-	dest *kgo.Client
+	cfg *moves.Config
 }
 
-func (m sessionMoves) DestCoordinator(ctx context.Context, group string) (int32, string, int32, error) {
-	return moves.DestCoordinator(ctx, m.dest, group)
-}
+func (m sessionMoves) Carrier() session.Carrier { return moves.NewCarrier(m.cfg) }

@@ -1,27 +1,35 @@
 package session
 
 // A consumer group's live move, as source connections carry it out (catalog.Move; the driver
-// that advances the states is package moves). The group's members keep their processes:
+// that advances the states is package moves). The group's members keep their processes and
+// their connections: the group's coordinator stays, for them, the source broker they found,
+// and offsetgate carries the group's requests to the destination once it has moved.
 //
 //   - draining: a Heartbeat of the group is answered REBALANCE_IN_PROGRESS and the assignments
 //     its leader sends in SyncGroup are emptied before they reach the source, so every member,
 //     eager or cooperative, gives up its partitions (committing on revocation, to the source)
 //     and fetches nothing; joins and commits go on to the source;
-//   - final and moved: the group's requests to the source's coordinator (JoinGroup, SyncGroup,
-//     Heartbeat, OffsetCommit, TxnOffsetCommit, OffsetFetch) are answered NOT_COORDINATOR, so
-//     members look the coordinator up again: while final, FindCoordinator answers
-//     COORDINATOR_NOT_AVAILABLE (the source's commits are being copied); once moved it names
-//     the destination's coordinator, at this listener's address for it. The members then join
-//     the group on the destination, where OffsetFetch answers the copied offsets in source
-//     terms, and go on fetching at the same offsets.
-// A LeaveGroup always reaches the source (a member that leaves is gone from it).
+//   - final: the source's commits are being copied. Heartbeat and SyncGroup are answered
+//     REBALANCE_IN_PROGRESS, JoinGroup and the commit requests COORDINATOR_LOAD_IN_PROGRESS:
+//     errors every client retries in place, after a backoff;
+//   - moved: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch of the
+//     group go to the group's coordinator on the destination, over a connection this client
+//     connection owns (Carrier), with commit offsets translated as the destination's listener
+//     translates them. The destination does not know the members' ids, so their next
+//     Heartbeat or JoinGroup is answered UNKNOWN_MEMBER_ID and they join afresh there, where
+//     OffsetFetch answers the copied offsets in source terms: they go on at the same offsets.
+//     TxnOffsetCommit is refused (GROUP_AUTHORIZATION_FAILED): a transaction on the source
+//     cannot commit offsets to a group on the destination.
+// A LeaveGroup before the move goes to the source (a member that leaves is gone from it).
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"offsetgate/catalog"
 )
@@ -31,8 +39,23 @@ type Moves interface {
 	// HasMoves reports, without a lock, whether any group has a move.
 	HasMoves() bool
 	Move(group string) (catalog.Move, bool)
-	// DestCoordinator finds a group's coordinator on the destination; it blocks.
-	DestCoordinator(ctx context.Context, group string) (node int32, host string, port int32, err error)
+	// Carrier makes what carries one client connection's requests of moved groups to the
+	// destination. It does no I/O; the session closes it when the connection ends.
+	Carrier() Carrier
+}
+
+// Carrier carries a moved group's requests to the group's coordinator on the destination, on
+// a connection of its own: one client connection's requests keep their order, and one
+// member's JoinGroup, which the coordinator holds until the group has joined, holds up no
+// other member's requests.
+type Carrier interface {
+	// Carry sends req (at its version, the client's) and returns the answer at the same
+	// version; commit offsets go in destination terms and come back in the source's. It
+	// blocks.
+	// clientID is the client's, for the destination's member ids and logs.
+	Carry(ctx context.Context, clientID, group string, req kmsg.Request) (kmsg.Response, error)
+	// Close ends the carrier's connection; a Carry in progress fails.
+	Close()
 }
 
 // moveState is a group's move state as requests on a source connection are treated: "" for a
@@ -45,38 +68,48 @@ func (s *Session) moveState(group string) catalog.MoveState {
 	return m.State
 }
 
-// gone reports whether a group's coordinator is no longer the source's.
-func gone(st catalog.MoveState) bool { return st == catalog.MoveFinal || st == catalog.MoveMoved }
-
 // moveGate applies the groups' moves to a request on a source connection. It reports whether
 // it decided the request (answered it, or set what is forwarded and how the answer changes).
 func (s *Session) moveGate(r *request) (bool, error) {
 	switch kmsg.Key(r.h.key) {
-	case kmsg.Heartbeat, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.OffsetCommit, kmsg.TxnOffsetCommit, kmsg.OffsetFetch, kmsg.FindCoordinator:
+	case kmsg.Heartbeat, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.LeaveGroup, kmsg.OffsetCommit, kmsg.TxnOffsetCommit, kmsg.OffsetFetch:
 	default:
 		return false, nil
 	}
 	req := kmsg.RequestForKey(r.h.key)
 	req.SetVersion(r.h.version)
-	if err := req.ReadFrom(r.body); err != nil {
+	// Decoded from a copy: a carried request is encoded again off the session's goroutine,
+	// after the frame's buffer is reused.
+	if err := req.ReadFrom(append([]byte(nil), r.body...)); err != nil {
 		return false, fmt.Errorf("%w: api key %d v%d on a source connection: %v", ErrUndecodable, r.h.key, r.h.version, err)
 	}
-	notCoordinator := kerr.NotCoordinator.Code
+	loading := kerr.CoordinatorLoadInProgress.Code
+	rebalancing := kerr.RebalanceInProgress.Code
 	switch req := req.(type) {
 	case *kmsg.HeartbeatRequest:
-		switch st := s.moveState(req.Group); {
-		case st == catalog.MoveDraining:
-			r.answerWith(&kmsg.HeartbeatResponse{ErrorCode: kerr.RebalanceInProgress.Code})
-		case gone(st):
-			r.answerWith(&kmsg.HeartbeatResponse{ErrorCode: notCoordinator})
+		switch s.moveState(req.Group) {
+		case catalog.MoveDraining, catalog.MoveFinal:
+			r.answerWith(&kmsg.HeartbeatResponse{ErrorCode: rebalancing})
+		case catalog.MoveMoved:
+			s.carry(r, req.Group, req, 0)
 		default:
 			return false, nil
 		}
 	case *kmsg.JoinGroupRequest:
-		if !gone(s.moveState(req.Group)) {
+		switch s.moveState(req.Group) {
+		case catalog.MoveFinal:
+			r.answerWith(&kmsg.JoinGroupResponse{ErrorCode: loading, Generation: -1, MemberID: req.MemberID})
+		case catalog.MoveMoved:
+			// The coordinator holds a JoinGroup until the group has joined, up to the
+			// rebalance timeout (the session timeout before v1).
+			wait := req.RebalanceTimeoutMillis
+			if r.h.version < 1 {
+				wait = req.SessionTimeoutMillis
+			}
+			s.carry(r, req.Group, req, time.Duration(wait)*time.Millisecond+30*time.Second)
+		default:
 			return false, nil
 		}
-		r.answerWith(&kmsg.JoinGroupResponse{ErrorCode: notCoordinator, Generation: -1, MemberID: req.MemberID})
 	case *kmsg.SyncGroupRequest:
 		switch st := s.moveState(req.Group); {
 		case st == catalog.MoveDraining && len(req.GroupAssignment) > 0:
@@ -85,43 +118,87 @@ func (s *Session) moveGate(r *request) (bool, error) {
 				a.MemberAssignment = emptyAssignment(a.MemberAssignment)
 			}
 			r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-		case gone(st):
-			r.answerWith(&kmsg.SyncGroupResponse{ErrorCode: notCoordinator})
+		case st == catalog.MoveFinal:
+			r.answerWith(&kmsg.SyncGroupResponse{ErrorCode: rebalancing})
+		case st == catalog.MoveMoved:
+			// A follower's SyncGroup waits for the leader's, within the rebalance.
+			s.carry(r, req.Group, req, maxGroupWait)
 		default:
 			return false, nil
 		}
+	case *kmsg.LeaveGroupRequest:
+		if s.moveState(req.Group) != catalog.MoveMoved {
+			return false, nil
+		}
+		s.carry(r, req.Group, req, 0)
 	case *kmsg.OffsetCommitRequest:
-		if !gone(s.moveState(req.Group)) {
-			return false, nil
-		}
-		resp := &kmsg.OffsetCommitResponse{}
-		for _, t := range req.Topics {
-			rt := kmsg.OffsetCommitResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
-			for _, p := range t.Partitions {
-				rt.Partitions = append(rt.Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: p.Partition, ErrorCode: notCoordinator})
+		switch s.moveState(req.Group) {
+		case catalog.MoveFinal:
+			resp := &kmsg.OffsetCommitResponse{}
+			for _, t := range req.Topics {
+				rt := kmsg.OffsetCommitResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
+				for _, p := range t.Partitions {
+					rt.Partitions = append(rt.Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: p.Partition, ErrorCode: loading})
+				}
+				resp.Topics = append(resp.Topics, rt)
 			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		r.answerWith(resp)
-	case *kmsg.TxnOffsetCommitRequest:
-		if !gone(s.moveState(req.Group)) {
+			r.answerWith(resp)
+		case catalog.MoveMoved:
+			s.carry(r, req.Group, req, 0)
+		default:
 			return false, nil
+		}
+	case *kmsg.TxnOffsetCommitRequest:
+		st := s.moveState(req.Group)
+		if st == "" || st == catalog.MoveDraining {
+			return false, nil
+		}
+		code := loading
+		if st == catalog.MoveMoved {
+			code = kerr.GroupAuthorizationFailed.Code
+			s.cfg.Log.Warn("a transactional commit to a group moved to the destination is refused: the transaction is the source's",
+				zap.String("group", req.Group), zap.String("transactional_id", req.TransactionalID))
 		}
 		resp := &kmsg.TxnOffsetCommitResponse{}
 		for _, t := range req.Topics {
 			rt := kmsg.TxnOffsetCommitResponseTopic{Topic: t.Topic}
 			for _, p := range t.Partitions {
-				rt.Partitions = append(rt.Partitions, kmsg.TxnOffsetCommitResponseTopicPartition{Partition: p.Partition, ErrorCode: notCoordinator})
+				rt.Partitions = append(rt.Partitions, kmsg.TxnOffsetCommitResponseTopicPartition{Partition: p.Partition, ErrorCode: code})
 			}
 			resp.Topics = append(resp.Topics, rt)
 		}
 		r.answerWith(resp)
 	case *kmsg.OffsetFetchRequest:
 		return s.moveOffsetFetch(r, req)
-	case *kmsg.FindCoordinatorRequest:
-		return s.moveFindCoordinator(r, req)
 	}
 	return true, nil
+}
+
+// maxGroupWait bounds a carried request the coordinator may hold (a SyncGroup waiting for the
+// leader's): Kafka's own bound on a rebalance timeout is the group's max session timeout,
+// 30 minutes at most by default; a connection that ends cancels the wait sooner.
+const maxGroupWait = 30 * time.Minute
+
+// carry sends a moved group's request to the destination off the session's goroutine and
+// answers the client with what came back. wait, when above zero, replaces WaitTimeout as the
+// bound on the round trip (a request the coordinator holds).
+func (s *Session) carry(r *request, group string, req kmsg.Request, wait time.Duration) {
+	if s.carrier == nil {
+		s.carrier = s.cfg.Moves.Carrier()
+	}
+	c, client := s.carrier, string(r.h.clientID)
+	r.asyncWait = wait
+	r.async = func(ctx context.Context) func(*Session, *request) error {
+		resp, err := c.Carry(ctx, client, group, req)
+		return func(s *Session, r *request) error {
+			if err != nil {
+				// Nothing was decided for the client: a reconnect makes it retry.
+				return fmt.Errorf("group %s, moved to the destination: %s: %w", group, kmsg.NameForKey(req.Key()), err)
+			}
+			r.answerWith(resp)
+			return nil
+		}
+	}
 }
 
 // emptyAssignment is a consumer assignment of no partitions, in the version of the one it
@@ -136,107 +213,72 @@ func emptyAssignment(orig []byte) []byte {
 	return empty.AppendTo(nil)
 }
 
-// moveOffsetFetch answers NOT_COORDINATOR for groups that left the source's coordinator; in
-// a request of several groups (v8+) the others are still asked of the source.
+// moveOffsetFetch: a moved group's commits are the destination's (carried), a group in its
+// final step waits (COORDINATOR_LOAD_IN_PROGRESS). A request of several groups (v8+) that
+// mixes the source's groups with moving ones is answered for the moving ones only after the
+// source has answered the rest.
 func (s *Session) moveOffsetFetch(r *request, req *kmsg.OffsetFetchRequest) (bool, error) {
-	notCoordinator := kerr.NotCoordinator.Code
+	loading := kerr.CoordinatorLoadInProgress.Code
 	if r.h.version < 8 {
-		if !gone(s.moveState(req.Group)) {
+		switch s.moveState(req.Group) {
+		case catalog.MoveFinal:
+			r.answerWith(&kmsg.OffsetFetchResponse{ErrorCode: loading})
+		case catalog.MoveMoved:
+			s.carry(r, req.Group, req, 0)
+		default:
 			return false, nil
 		}
-		r.answerWith(&kmsg.OffsetFetchResponse{ErrorCode: notCoordinator})
 		return true, nil
 	}
-	var kept []kmsg.OffsetFetchRequestGroup
-	var refused []kmsg.OffsetFetchResponseGroup
+	var kept, moved []kmsg.OffsetFetchRequestGroup
+	var waiting []kmsg.OffsetFetchResponseGroup
 	for _, g := range req.Groups {
-		if gone(s.moveState(g.Group)) {
-			refused = append(refused, kmsg.OffsetFetchResponseGroup{Group: g.Group, ErrorCode: notCoordinator})
-		} else {
+		switch s.moveState(g.Group) {
+		case catalog.MoveFinal:
+			waiting = append(waiting, kmsg.OffsetFetchResponseGroup{Group: g.Group, ErrorCode: loading})
+		case catalog.MoveMoved:
+			moved = append(moved, g)
+		default:
 			kept = append(kept, g)
 		}
 	}
-	if len(refused) == 0 {
+	if len(waiting) == 0 && len(moved) == 0 {
 		return false, nil
 	}
-	if len(kept) == 0 {
-		r.answerWith(&kmsg.OffsetFetchResponse{Groups: refused})
+	if len(moved) == 1 && len(kept) == 0 && len(waiting) == 0 {
+		s.carry(r, moved[0].Group, req, 0)
 		return true, nil
 	}
-	req.Groups = kept
-	forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.OffsetFetchResponse) {
-		resp.Groups = append(resp.Groups, refused...)
-	})
-	return true, nil
-}
-
-// moveFindCoordinator answers the lookups of groups that left the source's coordinator:
-// COORDINATOR_NOT_AVAILABLE while final, the destination's coordinator once moved (looked up
-// off the session's goroutine). The other keys of a batched lookup (v4+) are the source's.
-func (s *Session) moveFindCoordinator(r *request, req *kmsg.FindCoordinatorRequest) (bool, error) {
-	if req.CoordinatorType != 0 {
-		return false, nil
+	// Each moved group is carried on its own (their coordinators may differ); the source's
+	// groups are forwarded once the carried answers are in.
+	if s.carrier == nil && len(moved) > 0 {
+		s.carrier = s.cfg.Moves.Carrier()
 	}
-	keys := req.CoordinatorKeys
-	if r.h.version < 4 {
-		keys = []string{req.CoordinatorKey}
-	}
-	var kept, ours []string
-	for _, k := range keys {
-		if gone(s.moveState(k)) {
-			ours = append(ours, k)
-		} else {
-			kept = append(kept, k)
-		}
-	}
-	if len(ours) == 0 {
-		return false, nil
-	}
+	c, client := s.carrier, string(r.h.clientID)
 	version := r.h.version
 	r.async = func(ctx context.Context) func(*Session, *request) error {
-		answers := make([]kmsg.FindCoordinatorResponseCoordinator, len(ours))
-		for i, k := range ours {
-			a := &answers[i]
-			a.Key, a.NodeID, a.Port = k, -1, -1
-			if s.moveState(k) != catalog.MoveMoved {
-				a.ErrorCode = kerr.CoordinatorNotAvailable.Code
-				msg := "offsetgate: group " + k + " is moving to the destination"
-				a.ErrorMessage = &msg
-				continue
-			}
-			node, host, port, err := s.cfg.Moves.DestCoordinator(ctx, k)
+		answers := waiting
+		for _, g := range moved {
+			one := kmsg.NewPtrOffsetFetchRequest()
+			one.SetVersion(version)
+			one.RequireStable = req.RequireStable
+			one.Groups = []kmsg.OffsetFetchRequestGroup{g}
+			resp, err := c.Carry(ctx, client, g.Group, one)
 			if err != nil {
-				a.ErrorCode = kerr.CoordinatorNotAvailable.Code
-				msg := fmt.Sprintf("offsetgate: the destination's coordinator of group %s: %v", k, err)
-				a.ErrorMessage = &msg
+				answers = append(answers, kmsg.OffsetFetchResponseGroup{Group: g.Group, ErrorCode: loading})
 				continue
 			}
-			a.NodeID, a.Host, a.Port = node, host, port
-			a.Host, a.Port = s.cfg.DestAddresses.Broker(node, host, port)
+			answers = append(answers, resp.(*kmsg.OffsetFetchResponse).Groups...)
 		}
 		return func(s *Session, r *request) error {
 			if len(kept) == 0 {
-				resp := &kmsg.FindCoordinatorResponse{}
-				if version < 4 {
-					a := answers[0]
-					resp.ErrorCode, resp.ErrorMessage, resp.NodeID, resp.Host, resp.Port = a.ErrorCode, a.ErrorMessage, a.NodeID, a.Host, a.Port
-				} else {
-					resp.Coordinators = answers
-				}
-				r.answerWith(resp)
+				r.answerWith(&kmsg.OffsetFetchResponse{Groups: answers})
 				return nil
 			}
-			req.CoordinatorKeys = kept
-			r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-			r.onResp = func(s *Session, v int16, body []byte) ([]byte, bool, error) {
-				resp := kmsg.FindCoordinatorResponse{Version: v}
-				if err := resp.ReadFrom(body); err != nil {
-					return nil, false, err
-				}
-				s.raiseAnswer(&resp) // the source's coordinators, as every source answer
-				resp.Coordinators = append(resp.Coordinators, answers...)
-				return resp.AppendTo(nil), true, nil
-			}
+			req.Groups = kept
+			forwardSpliced(s, r, req.AppendTo(nil), func(resp *kmsg.OffsetFetchResponse) {
+				resp.Groups = append(resp.Groups, answers...)
+			})
 			return nil
 		}
 	}

@@ -109,10 +109,8 @@ type Config struct {
 	// a broker of the source cluster, whose node ids clients see raised by NodeShift. Catalog,
 	// Mirror and View are then nil: the mirror rules judge the destination only.
 	NodeShift int32
-	// Moves, on a source connection, is the groups' live moves (moves.go); DestAddresses is the
-	// listener's address map of the destination's brokers, for the coordinator of a moved group.
-	Moves         Moves
-	DestAddresses Addresses
+	// Moves, on a source connection, is the groups' live moves (moves.go).
+	Moves Moves
 	// WaitTimeout bounds a request's wait for the destination: lookups, source-view loads and
 	// durable writes (DefaultWaitTimeout when zero).
 	WaitTimeout time.Duration
@@ -197,6 +195,8 @@ type Session struct {
 	closing error
 
 	blocked bool // an async request is pending: take no more client requests
+	// carrier carries moved groups' requests to the destination (moves.go); made on first use.
+	carrier Carrier
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
 	staleFetch []mirrorPart
 	// A rewrite that builds a large response (restored Fetch answers) writes it into outBuf
@@ -379,6 +379,9 @@ type request struct {
 	// forwarded). The session takes no further request from this client until then, so order
 	// is kept.
 	async func(ctx context.Context) func(s *Session, r *request) error
+	// asyncWait, when above zero, bounds async instead of WaitTimeout (a request the
+	// destination may hold for long, like a JoinGroup).
+	asyncWait time.Duration
 
 	req      kmsg.Request // the decoded body (judge.go)
 	lookedUp bool         // the decision's needs were fetched from the destination
@@ -482,7 +485,11 @@ func (s *Session) startAsync(sl slot, r *request) {
 	s.blocked = true
 	ctx := s.ctx
 	go func() {
-		wctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout)
+		wait := s.cfg.WaitTimeout
+		if r.asyncWait > 0 {
+			wait = r.asyncWait
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
 		fin := work(wctx)
 		cancel()
 		s.conn.Post(func() {
@@ -695,6 +702,9 @@ func (s *Session) count(d int64) {
 func (s *Session) Close() {
 	s.closed = true
 	s.cancel()
+	if s.carrier != nil {
+		s.carrier.Close()
+	}
 	s.count(-int64(s.slots.len()))
 	for s.slots.len() > 0 {
 		s.slots.pop()

@@ -65,6 +65,10 @@ func DialWith(ctx context.Context, dial func(ctx context.Context, network, addr 
 // Wrap uses an established connection.
 func Wrap(c net.Conn, clientID string) *Conn { return &Conn{c: c, clientID: clientID} }
 
+// SetClientID changes the client id the next requests carry (a connection that carries
+// several clients' requests in turn names each one's).
+func (w *Conn) SetClientID(id string) { w.clientID = id }
+
 // Close closes the connection.
 func (w *Conn) Close() error { return w.c.Close() }
 

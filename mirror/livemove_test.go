@@ -1,0 +1,242 @@
+package mirror_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"offsetgate/catalog"
+	"offsetgate/internal/ports"
+	"offsetgate/internal/testkafka"
+	"offsetgate/mirror"
+	"offsetgate/proxy"
+)
+
+// sourceMode is a mutation for plainServerWith: the listener fronts the source (bootstrap)
+// and the destination, the source's brokers at node ids raised by 20 on ports of their own.
+func sourceMode(t testing.TB, pair *testkafka.Pair) func(*proxy.Config) {
+	spare, err := ports.Block(len(pair.Source.Nodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shift = 20
+	pinned := map[int32]int{}
+	for i, n := range pair.Source.Nodes {
+		pinned[n.ID+shift] = spare + i
+	}
+	return func(c *proxy.Config) {
+		c.Listeners = []proxy.ListenerConfig{{Name: "apps", Listen: c.Listen, BrokerPorts: pinned, Upstream: proxy.UpstreamSource}}
+		c.Listen = ""
+		c.Source = &proxy.SourceConfig{Bootstrap: pair.Source.Addrs(), NodeIDOffset: shift}
+		c.InstanceID = "apps"
+	}
+}
+
+// A consumer group moves from the source to the destination live: its members, franz-go
+// clients (cooperative and eager) that process each record once and commit after processing,
+// consume a source topic through offsetgate's source listener while producers keep writing to
+// it through the same listener and the mirror follows; the move is started, and the same
+// clients, never restarted, end up members of the group on the destination, with every
+// record processed exactly once and the group's commits on the destination in source terms.
+func TestLiveGroupMove(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		balancer kgo.GroupBalancer
+	}{{"cooperative", kgo.CooperativeStickyBalancer()}, {"eager", kgo.RangeBalancer()}} {
+		t.Run(tc.name, func(t *testing.T) { testLiveGroupMove(t, tc.balancer) })
+	}
+}
+
+func testLiveGroupMove(t *testing.T, balancer kgo.GroupBalancer) {
+	prefix := testkafka.Names(t, "lm")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	const parts = 3
+	if err := s.CreateTopic(ctx, topic, parts, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, appsSrv := e.plainServerWith(t, sourceMode(t, e.pair))
+	apps := appsSrv.BootstrapAddr()
+
+	// Producers write to the source through offsetgate the whole time.
+	var produced atomic.Int64
+	pctx, stopProducing := context.WithCancel(ctx)
+	pdone := make(chan struct{})
+	go func() {
+		defer close(pdone)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(apps), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2*time.Millisecond))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer cl.Close()
+		for i := 0; pctx.Err() == nil; i++ {
+			if err := cl.ProduceSync(pctx, &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("v")}).FirstErr(); err != nil {
+				if pctx.Err() == nil {
+					t.Error(err)
+				}
+				return
+			}
+			produced.Add(1)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	// The mirror follows.
+	mctx, stopMirror := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() { _, err := mirror.Follow(mctx, e.mirrorConfig(topic)); mdone <- err }()
+	defer func() { stopMirror(); <-mdone }()
+
+	// Two members of the group, consuming through the source listener.
+	group := prefix + "-g"
+	type key struct {
+		p int32
+		o int64
+	}
+	var mu sync.Mutex
+	seen := map[key]int{}
+	var times []time.Time
+	var members sync.WaitGroup
+	cctx, stopConsuming := context.WithCancel(ctx)
+	for m := 0; m < 2; m++ {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(apps), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.Balancers(balancer), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+			kgo.BlockRebalanceOnPoll(), kgo.ClientID(fmt.Sprintf("%s-m%d", group, m)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		members.Add(1)
+		go func() {
+			defer members.Done()
+			defer cl.Close()
+			for cctx.Err() == nil {
+				fctx, fcancel := context.WithTimeout(cctx, time.Second)
+				fs := cl.PollFetches(fctx)
+				fcancel()
+				fs.EachError(func(tp string, p int32, err error) {
+					if cctx.Err() == nil && fctx.Err() == nil {
+						t.Logf("fetch %s[%d]: %v", tp, p, err)
+					}
+				})
+				mu.Lock()
+				fs.EachRecord(func(r *kgo.Record) {
+					seen[key{r.Partition, r.Offset}]++
+					times = append(times, time.Now())
+				})
+				mu.Unlock()
+				// Processed, then committed, then the rebalance may go on: exactly once.
+				if err := cl.CommitUncommittedOffsets(cctx); err != nil && cctx.Err() == nil {
+					t.Logf("commit: %v", err)
+				}
+				cl.AllowRebalance()
+			}
+		}()
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+	waitUntil(t, time.Minute, func() bool { return count() > 150 })
+
+	// The move.
+	dcl, err := kgo.NewClient(kgo.SeedBrokers(e.pair.Dest.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dcl.Close()
+	moveStart := time.Now()
+	if err := catalog.StoreMoveWith(ctx, dcl, catalog.Move{Group: group, State: catalog.MoveDraining}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 2*time.Minute, func() bool {
+		m, ok := appsSrv.Catalog().Move(group)
+		if ok && m.State == catalog.MoveFailed {
+			t.Fatalf("the move failed: %s", m.Reason)
+		}
+		return ok && m.State == catalog.MoveMoved
+	})
+	moved := time.Now()
+	t.Logf("moved after %v", moved.Sub(moveStart))
+	atMove := count()
+	// The members go on, on the destination's coordinator.
+	waitUntil(t, time.Minute, func() bool { return count() > atMove+150 })
+	stopProducing()
+	<-pdone
+	sadm, err := s.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sadm.Close()
+	ends, err := sadm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	waitUntil(t, time.Minute, func() bool { return int64(count()) >= total })
+	stopConsuming()
+	members.Wait()
+
+	// Every record on the source processed exactly once.
+	mu.Lock()
+	defer mu.Unlock()
+	ends.Each(func(o kadm.ListedOffset) {
+		for off := int64(0); off < o.Offset; off++ {
+			if n := seen[key{o.Partition, off}]; n != 1 {
+				t.Errorf("%s[%d] offset %d processed %d times", topic, o.Partition, off, n)
+			}
+		}
+	})
+	if int64(len(seen)) != total {
+		t.Errorf("processed %d distinct records, the source holds %d", len(seen), total)
+	}
+	// The group lives on the destination now, its commits in destination offsets that read
+	// back through offsetgate as the source's ends.
+	dadm := kadm.NewClient(dcl)
+	dg, err := dadm.DescribeGroups(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dg[group]; g.Err != nil || g.State == "Dead" {
+		t.Fatalf("the group on the destination: %+v", g)
+	}
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(e.plain(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	waitUntil(t, 30*time.Second, func() bool {
+		po, err := groupOffsetsOf(ctx, pcl, group, topic, parts)
+		if err != nil {
+			return false
+		}
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if c, found := po.Lookup(topic, o.Partition); !found || c.At != o.Offset {
+				ok = false
+			}
+		})
+		return ok
+	})
+	// The pause: the longest gap between two processed records around the move.
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	var gap time.Duration
+	for i := 1; i < len(times); i++ {
+		if times[i].After(moveStart.Add(-time.Second)) && times[i-1].Before(moved.Add(10*time.Second)) {
+			gap = max(gap, times[i].Sub(times[i-1]))
+		}
+	}
+	t.Logf("group %s moved live: %d records processed once each; longest pause around the move %v", group, len(seen), gap)
+}
