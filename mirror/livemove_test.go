@@ -15,6 +15,7 @@ import (
 
 	"offsetgate/catalog"
 	"offsetgate/internal/ports"
+	"offsetgate/internal/realclients"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
 	"offsetgate/proxy"
@@ -41,21 +42,77 @@ func sourceMode(t testing.TB, pair *testkafka.Pair) func(*proxy.Config) {
 }
 
 // A consumer group moves from the source to the destination live: its members, franz-go
-// clients (cooperative and eager) that process each record once and commit after processing,
-// consume a source topic through offsetgate's source listener while producers keep writing to
-// it through the same listener and the mirror follows; the move is started, and the same
-// clients, never restarted, end up members of the group on the destination, with every
-// record processed exactly once and the group's commits on the destination in source terms.
+// clients (cooperative, eager, static) or Java consumers (cooperative and eager assignors)
+// that process each record once and commit after processing, consume a source topic through
+// offsetgate's source listener while producers keep writing to it through the same listener
+// and the mirror follows; the move is started, and the same clients, never restarted, end up
+// members of the group on the destination, with every record processed exactly once and the
+// group's commits on the destination in source terms.
 func TestLiveGroupMove(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		balancer kgo.GroupBalancer
-	}{{"cooperative", kgo.CooperativeStickyBalancer()}, {"eager", kgo.RangeBalancer()}} {
-		t.Run(tc.name, func(t *testing.T) { testLiveGroupMove(t, tc.balancer) })
+		name string
+		m    memberKind
+	}{
+		{"cooperative", memberKind{balancer: kgo.CooperativeStickyBalancer()}},
+		{"eager", memberKind{balancer: kgo.RangeBalancer()}},
+		{"static", memberKind{balancer: kgo.CooperativeStickyBalancer(), static: true}},
+		{"java-cooperative", memberKind{java: "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}},
+		{"java-eager", memberKind{java: "org.apache.kafka.clients.consumer.RangeAssignor"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLiveGroupMove(t, tc.m) })
 	}
 }
 
-func testLiveGroupMove(t *testing.T, balancer kgo.GroupBalancer) {
+// memberKind is a group member's client: franz-go with a balancer (static: with a
+// group.instance.id), or, when java names an assignor, the Java consumer.
+type memberKind struct {
+	balancer kgo.GroupBalancer
+	static   bool
+	java     string
+}
+
+// run consumes as member m of group until ctx ends, calling each for every record processed.
+func (k memberKind) run(t *testing.T, ctx context.Context, bootstrap, topic, group string, m int, each func(p int32, o int64)) {
+	if k.java != "" {
+		err := realclients.JavaConsumeStream(ctx, bootstrap, topic, 1<<30, int((10 * time.Minute).Milliseconds()),
+			realclients.JavaOptions{Group: group, Props: map[string]string{"partition.assignment.strategy": k.java, "client.id": fmt.Sprintf("%s-m%d", group, m)}},
+			func(r realclients.Record) { each(r.Partition, r.Offset) })
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("java member %d: %v", m, err)
+		}
+		return
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(bootstrap), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.Balancers(k.balancer), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(), kgo.ClientID(fmt.Sprintf("%s-m%d", group, m))}
+	if k.static {
+		opts = append(opts, kgo.InstanceID(fmt.Sprintf("member-%d", m)))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer cl.Close()
+	for ctx.Err() == nil {
+		fctx, fcancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(fctx)
+		fcancel()
+		fs.EachError(func(tp string, p int32, err error) {
+			if ctx.Err() == nil && fctx.Err() == nil {
+				t.Logf("fetch %s[%d]: %v", tp, p, err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) { each(r.Partition, r.Offset) })
+		// Processed, then committed, then the rebalance may go on: exactly once.
+		if err := cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+			t.Logf("commit: %v", err)
+		}
+		cl.AllowRebalance()
+	}
+}
+
+func testLiveGroupMove(t *testing.T, kind memberKind) {
 	prefix := testkafka.Names(t, "lm")
 	e := newEnv(t, prefix, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -110,37 +167,15 @@ func testLiveGroupMove(t *testing.T, balancer kgo.GroupBalancer) {
 	var members sync.WaitGroup
 	cctx, stopConsuming := context.WithCancel(ctx)
 	for m := 0; m < 2; m++ {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(apps), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-			kgo.Balancers(balancer), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
-			kgo.BlockRebalanceOnPoll(), kgo.ClientID(fmt.Sprintf("%s-m%d", group, m)))
-		if err != nil {
-			t.Fatal(err)
-		}
 		members.Add(1)
 		go func() {
 			defer members.Done()
-			defer cl.Close()
-			for cctx.Err() == nil {
-				fctx, fcancel := context.WithTimeout(cctx, time.Second)
-				fs := cl.PollFetches(fctx)
-				fcancel()
-				fs.EachError(func(tp string, p int32, err error) {
-					if cctx.Err() == nil && fctx.Err() == nil {
-						t.Logf("fetch %s[%d]: %v", tp, p, err)
-					}
-				})
+			kind.run(t, cctx, apps, topic, group, m, func(p int32, o int64) {
 				mu.Lock()
-				fs.EachRecord(func(r *kgo.Record) {
-					seen[key{r.Partition, r.Offset}]++
-					times = append(times, time.Now())
-				})
-				mu.Unlock()
-				// Processed, then committed, then the rebalance may go on: exactly once.
-				if err := cl.CommitUncommittedOffsets(cctx); err != nil && cctx.Err() == nil {
-					t.Logf("commit: %v", err)
-				}
-				cl.AllowRebalance()
-			}
+				defer mu.Unlock()
+				seen[key{p, o}]++
+				times = append(times, time.Now())
+			})
 		}()
 	}
 	count := func() int {

@@ -11,14 +11,22 @@ import java.util.*;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.*;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.serialization.*;
 
 public class ClientTool {
     public static void main(String[] a) throws Exception {
-        switch (a[0]) {
-            case "produce": produce(a[1], a[2], Integer.parseInt(a[3]), a[4], a.length > 5 ? a[5] : null); break;
-            case "consume": consume(a[1], a[2], Integer.parseInt(a[3]), Long.parseLong(a[4]), a.length > 5 ? a[5] : null); break;
-            default: throw new IllegalArgumentException("unknown mode " + a[0]);
+        // Printed here: the single-file launcher of Java 17 can fail while trimming the stack
+        // trace of an exception that leaves main, hiding it.
+        try {
+            switch (a[0]) {
+                case "produce": produce(a[1], a[2], Integer.parseInt(a[3]), a[4], a.length > 5 ? a[5] : null); break;
+                case "consume": consume(a[1], a[2], Integer.parseInt(a[3]), Long.parseLong(a[4]), a.length > 5 ? a[5] : null); break;
+                default: throw new IllegalArgumentException("unknown mode " + a[0]);
+            }
+        } catch (Throwable t) {
+            t.printStackTrace();
+            System.exit(1);
         }
     }
 
@@ -64,7 +72,16 @@ public class ClientTool {
         long deadline = System.currentTimeMillis() + timeoutMs;
         try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
             if (group != null) {
-                c.subscribe(List.of(topic));
+                // What a consumer that commits after processing does to process each record
+                // once: commit what it processed of the partitions it gives up.
+                c.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                    public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                        Map<TopicPartition, OffsetAndMetadata> done = new HashMap<>();
+                        for (TopicPartition tp : parts) done.put(tp, new OffsetAndMetadata(c.position(tp)));
+                        if (!done.isEmpty()) c.commitSync(done);
+                    }
+                    public void onPartitionsAssigned(Collection<TopicPartition> parts) {}
+                });
             } else {
                 List<TopicPartition> tps = new ArrayList<>();
                 for (PartitionInfo pi : c.partitionsFor(topic)) tps.add(new TopicPartition(topic, pi.partition()));
@@ -76,7 +93,14 @@ public class ClientTool {
                     System.out.println(r.partition() + " " + r.offset() + " " + r.leaderEpoch().orElse(-1) + " " + r.key() + " " + r.value());
                     got++;
                 }
-                if (group != null) c.commitSync();
+                if (group != null) {
+                    try {
+                        c.commitSync();
+                    } catch (RebalanceInProgressException e) {
+                        // The next poll completes the rebalance; what was processed is
+                        // committed by onPartitionsRevoked or by the next commit.
+                    }
+                }
                 if (pause > 0) {
                     try { Thread.sleep(pause); } catch (InterruptedException e) { return; }
                 }
