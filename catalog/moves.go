@@ -15,7 +15,11 @@ import (
 	"go.uber.org/zap"
 )
 
-const movePrefix = "group:"
+// MoveKeyPrefix starts the key of a group move's record in the marks topic; every other key is
+// a topic id (readers of the marks topic skip what they do not know).
+const MoveKeyPrefix = "group:"
+
+const movePrefix = MoveKeyPrefix
 
 // MoveState is where a group's move is.
 type MoveState string
@@ -32,6 +36,13 @@ const (
 	// MoveFailed: the move stopped before the final state (the reason says why); the group
 	// stays on the source and its members rejoin there.
 	MoveFailed MoveState = "failed"
+	// MoveReturning: a moved group goes back to the source (before promotion): its members on
+	// the destination are made to give up their partitions and commit, as in MoveDraining.
+	MoveReturning MoveState = "returning"
+	// MoveReturnFinal: the destination's commits are final and are copied to the source.
+	MoveReturnFinal MoveState = "returning-final"
+	// MoveReturned: the group is the source's again.
+	MoveReturned MoveState = "returned"
 )
 
 // Move is one group's move.
@@ -44,7 +55,11 @@ type Move struct {
 
 // Moving reports whether the group's requests on the source are no longer the source's alone.
 func (m Move) Moving() bool {
-	return m.State == MoveDraining || m.State == MoveFinal || m.State == MoveMoved
+	switch m.State {
+	case MoveDraining, MoveFinal, MoveMoved, MoveReturning, MoveReturnFinal:
+		return true
+	}
+	return false
 }
 
 func (c *Catalog) applyMove(r *kgo.Record) {

@@ -52,14 +52,18 @@ func TestLiveGroupMove(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		m    memberKind
+		back bool // and then back to the source
 	}{
-		{"cooperative", memberKind{balancer: kgo.CooperativeStickyBalancer()}},
-		{"eager", memberKind{balancer: kgo.RangeBalancer()}},
-		{"static", memberKind{balancer: kgo.CooperativeStickyBalancer(), static: true}},
-		{"java-cooperative", memberKind{java: "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}},
-		{"java-eager", memberKind{java: "org.apache.kafka.clients.consumer.RangeAssignor"}},
+		{"cooperative", memberKind{balancer: kgo.CooperativeStickyBalancer()}, false},
+		{"eager", memberKind{balancer: kgo.RangeBalancer()}, false},
+		{"static", memberKind{balancer: kgo.CooperativeStickyBalancer(), static: true}, false},
+		{"java-cooperative", memberKind{java: "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}, false},
+		{"java-eager", memberKind{java: "org.apache.kafka.clients.consumer.RangeAssignor"}, false},
+		// Moved and back, on a topic whose source log starts above 0 and whose destination
+		// offsets are shifted: both translations of the commits are in play.
+		{"back", memberKind{balancer: kgo.CooperativeStickyBalancer()}, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testLiveGroupMove(t, tc.m) })
+		t.Run(tc.name, func(t *testing.T) { testLiveGroupMove(t, tc.m, tc.back) })
 	}
 }
 
@@ -93,7 +97,7 @@ func (k memberKind) run(t *testing.T, ctx context.Context, bootstrap, topic, gro
 		t.Error(err)
 		return
 	}
-	defer cl.Close()
+	defer cl.CloseAllowingRebalance() // it blocks rebalances on poll
 	for ctx.Err() == nil {
 		fctx, fcancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(fctx)
@@ -112,15 +116,41 @@ func (k memberKind) run(t *testing.T, ctx context.Context, bootstrap, topic, gro
 	}
 }
 
-func testLiveGroupMove(t *testing.T, kind memberKind) {
+func testLiveGroupMove(t *testing.T, kind memberKind, back bool) {
 	prefix := testkafka.Names(t, "lm")
-	e := newEnv(t, prefix, nil)
+	var mutate func(*proxy.Config)
+	if back {
+		mutate = shifted
+	}
+	e := newEnv(t, prefix, mutate)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := e.pair.Source
 	topic := prefix + "-t"
 	const parts = 3
 	if err := s.CreateTopic(ctx, topic, parts, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	sadm, err := s.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sadm.Close()
+	if back {
+		// The source's log starts above 0: the mirror starts there, the destination at 0.
+		produceSource(ctx, t, s, topic, 300)
+		ends, err := sadm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		del := kadm.Offsets{}
+		ends.Each(func(o kadm.ListedOffset) { del.Add(kadm.Offset{Topic: topic, Partition: o.Partition, At: o.Offset}) })
+		if _, err := sadm.DeleteRecords(ctx, del); err != nil {
+			t.Fatal(err)
+		}
+	}
+	starts, err := sadm.ListStartOffsets(ctx, topic)
+	if err != nil {
 		t.Fatal(err)
 	}
 	_, appsSrv := e.plainServerWith(t, sourceMode(t, e.pair))
@@ -207,19 +237,35 @@ func testLiveGroupMove(t *testing.T, kind memberKind) {
 	atMove := count()
 	// The members go on, on the destination's coordinator.
 	waitUntil(t, time.Minute, func() bool { return count() > atMove+150 })
+	var backStart, backDone time.Time
+	if back {
+		backStart = time.Now()
+		if err := catalog.StoreMoveWith(ctx, dcl, catalog.Move{Group: group, State: catalog.MoveReturning}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 2*time.Minute, func() bool {
+			m, ok := appsSrv.Catalog().Move(group)
+			if ok && m.State == catalog.MoveMoved && m.Reason != "" {
+				t.Fatalf("the move back failed: %s", m.Reason)
+			}
+			return ok && m.State == catalog.MoveReturned
+		})
+		backDone = time.Now()
+		t.Logf("back on the source after %v", backDone.Sub(backStart))
+		atBack := count()
+		waitUntil(t, time.Minute, func() bool { return count() > atBack+150 })
+	}
 	stopProducing()
 	<-pdone
-	sadm, err := s.Admin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sadm.Close()
 	ends, err := sadm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var total int64
-	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	ends.Each(func(o kadm.ListedOffset) {
+		st, _ := starts.Lookup(topic, o.Partition)
+		total += o.Offset - st.Offset
+	})
 	waitUntil(t, time.Minute, func() bool { return int64(count()) >= total })
 	stopConsuming()
 	members.Wait()
@@ -228,7 +274,8 @@ func testLiveGroupMove(t *testing.T, kind memberKind) {
 	mu.Lock()
 	defer mu.Unlock()
 	ends.Each(func(o kadm.ListedOffset) {
-		for off := int64(0); off < o.Offset; off++ {
+		st, _ := starts.Lookup(topic, o.Partition)
+		for off := st.Offset; off < o.Offset; off++ {
 			if n := seen[key{o.Partition, off}]; n != 1 {
 				t.Errorf("%s[%d] offset %d processed %d times", topic, o.Partition, off, n)
 			}
@@ -236,6 +283,54 @@ func testLiveGroupMove(t *testing.T, kind memberKind) {
 	})
 	if int64(len(seen)) != total {
 		t.Errorf("processed %d distinct records, the source holds %d", len(seen), total)
+	}
+	// The pause: the longest gap between two processed records around a move.
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	pause := func(from, to time.Time) time.Duration {
+		var gap time.Duration
+		for i := 1; i < len(times); i++ {
+			if times[i].After(from.Add(-time.Second)) && times[i-1].Before(to.Add(10*time.Second)) {
+				gap = max(gap, times[i].Sub(times[i-1]))
+			}
+		}
+		return gap
+	}
+	t.Logf("group %s moved live: %d records processed once each; longest pause around the move %v", group, len(seen), pause(moveStart, moved))
+	mfs, err := appsSrv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var carried, carryErrors float64
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "offsetgate_group_move_carried_requests_total":
+			carried = mf.GetMetric()[0].GetCounter().GetValue()
+		case "offsetgate_group_move_carry_errors_total":
+			carryErrors = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	// Errors may be counted as the members close (a carried heartbeat cut off).
+	if carried == 0 {
+		t.Errorf("no request carried to the destination (%v failed)", carryErrors)
+	}
+	t.Logf("%v requests carried, %v failed", carried, carryErrors)
+	if back {
+		// The group is the source's again, its commits the source's ends.
+		waitUntil(t, 30*time.Second, func() bool {
+			so, err := sadm.FetchOffsets(ctx, group)
+			if err != nil {
+				return false
+			}
+			ok := true
+			ends.Each(func(o kadm.ListedOffset) {
+				if c, found := so.Lookup(topic, o.Partition); !found || c.At != o.Offset {
+					ok = false
+				}
+			})
+			return ok
+		})
+		t.Logf("group %s moved back: longest pause around the move back %v", group, pause(backStart, backDone))
+		return
 	}
 	// The group lives on the destination now, its commits in destination offsets that read
 	// back through offsetgate as the source's ends.
@@ -265,13 +360,4 @@ func testLiveGroupMove(t *testing.T, kind memberKind) {
 		})
 		return ok
 	})
-	// The pause: the longest gap between two processed records around the move.
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
-	var gap time.Duration
-	for i := 1; i < len(times); i++ {
-		if times[i].After(moveStart.Add(-time.Second)) && times[i-1].Before(moved.Add(10*time.Second)) {
-			gap = max(gap, times[i].Sub(times[i-1]))
-		}
-	}
-	t.Logf("group %s moved live: %d records processed once each; longest pause around the move %v", group, len(seen), gap)
 }

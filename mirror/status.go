@@ -86,6 +86,9 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 	}
 	latest := map[string]rules.Mark{}
 	for _, r := range marks {
+		if strings.HasPrefix(string(r.Key), catalog.MoveKeyPrefix) {
+			continue // a group's live move, not a topic's mark
+		}
 		var m rules.Mark
 		if r.Value == nil {
 			delete(latest, string(r.Key))
@@ -98,7 +101,7 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 	var out []PartitionStatus
 	padm := kadm.NewClient(px)
 	for id, m := range latest {
-		if m.Removed {
+		if m.Removed || m.Topic == "" {
 			continue
 		}
 		md, err := padm.Metadata(ctx, m.Topic)

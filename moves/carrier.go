@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"offsetgate/view"
 	"offsetgate/wire"
@@ -50,13 +51,30 @@ func (c *Carrier) Close() {
 }
 
 // Carry sends a moved group's request to the group's coordinator on the destination.
-func (c *Carrier) Carry(ctx context.Context, clientID, group string, req kmsg.Request) (kmsg.Response, error) {
+func (c *Carrier) Carry(ctx context.Context, clientID, group string, req kmsg.Request) (resp kmsg.Response, err error) {
+	defer func() { c.cfg.Metrics.carry(err) }()
+	ids, err := c.idsToDest(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	held, err := c.commitsToDest(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	finish := func(resp kmsg.Response) (kmsg.Response, error) {
+		held.into(resp)
+		if err := c.idsToSource(ctx, ids, resp); err != nil {
+			return nil, err
+		}
+		if err := c.offsetsToSource(ctx, resp); err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
 	if held.all {
-		return held.answer(req), nil
+		resp := req.ResponseKind()
+		resp.SetVersion(req.GetVersion())
+		return finish(resp)
 	}
 	var last error
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
@@ -84,11 +102,7 @@ func (c *Carrier) Carry(ctx context.Context, clientID, group string, req kmsg.Re
 			last = fmt.Errorf("the destination's coordinator: %w", kerr.ErrorForCode(code))
 			continue
 		}
-		if err := c.offsetsToSource(ctx, resp); err != nil {
-			return nil, err
-		}
-		held.into(resp)
-		return resp, nil
+		return finish(resp)
 	}
 	if last == nil {
 		last = ctx.Err()
@@ -238,21 +252,24 @@ type heldPart struct {
 	code      int16
 }
 
-func (h *heldCommits) answer(req kmsg.Request) kmsg.Response {
-	resp := req.ResponseKind()
-	resp.SetVersion(req.GetVersion())
-	h.into(resp)
-	return resp
-}
-
+// into adds the held partitions to a commit's answer, each under its topic's entry: clients
+// match an answer's topics to their request's (franz-go refuses an answer with more topics).
 func (h *heldCommits) into(resp kmsg.Response) {
 	r, ok := resp.(*kmsg.OffsetCommitResponse)
 	if !ok {
 		return
 	}
 	for _, p := range h.parts {
-		r.Topics = append(r.Topics, kmsg.OffsetCommitResponseTopic{Topic: p.topic, TopicID: p.id,
-			Partitions: []kmsg.OffsetCommitResponseTopicPartition{{Partition: p.partition, ErrorCode: p.code}}})
+		i := 0
+		for ; i < len(r.Topics); i++ {
+			if r.Topics[i].Topic == p.topic && r.Topics[i].TopicID == p.id {
+				break
+			}
+		}
+		if i == len(r.Topics) {
+			r.Topics = append(r.Topics, kmsg.OffsetCommitResponseTopic{Topic: p.topic, TopicID: p.id})
+		}
+		r.Topics[i].Partitions = append(r.Topics[i].Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: p.partition, ErrorCode: p.code})
 	}
 }
 
@@ -277,7 +294,9 @@ func (c *Carrier) commitsToDest(ctx context.Context, req kmsg.Request) (heldComm
 				return held, err
 			}
 			if pv != nil && p.Offset >= 0 {
-				if !c.reached(ctx, t.Topic, p.Partition, &pv, p.Offset) {
+				if err := c.reached(ctx, t.Topic, p.Partition, &pv, p.Offset); err != nil {
+					c.cfg.Log.Warn("a moved group's commit is answered REQUEST_TIMED_OUT (the client retries)",
+						zap.String("topic", t.Topic), zap.Int32("partition", p.Partition), zap.Int64("offset", p.Offset), zap.Error(err))
 					held.parts = append(held.parts, heldPart{t.Topic, t.TopicID, p.Partition, kerr.RequestTimedOut.Code})
 					continue
 				}
@@ -295,22 +314,26 @@ func (c *Carrier) commitsToDest(ctx context.Context, req kmsg.Request) (heldComm
 	return held, nil
 }
 
-// reached waits until the mirror holds a partition up to offset; false when ctx ends first.
-func (c *Carrier) reached(ctx context.Context, topic string, partition int32, pv **view.Partition, offset int64) bool {
+// reached waits until the mirror holds a partition up to offset; an error when ctx ends first
+// or the view cannot be read.
+func (c *Carrier) reached(ctx context.Context, topic string, partition int32, pv **view.Partition, offset int64) error {
 	for (*pv).End() < offset {
 		(*pv).Stale() // read the ledger again: the mirror may write through another instance
 		select {
 		case <-ctx.Done():
-			return false
+			return fmt.Errorf("the mirror is at %d: %w", (*pv).End(), ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 		next, err := c.sourceView(ctx, topic, partition)
-		if err != nil || next == nil {
-			return false
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			return errors.New("no longer a mirror topic")
 		}
 		*pv = next
 	}
-	return true
+	return nil
 }
 
 // offsetsToSource turns the offsets of an OffsetFetch answer back into source offsets, with
@@ -356,6 +379,165 @@ func (c *Carrier) offsetsToSource(ctx context.Context, resp kmsg.Response) error
 				p := &t.Partitions[k]
 				if err := fix(t.Topic, p.Partition, &p.Offset, &p.LeaderEpoch); err != nil {
 					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// topicIDs carries version 10+ commit traffic, which names topics by id: the client knows the
+// source's ids, the destination its own. Requests go with the destination's ids (and the names
+// filled in for the translation of offsets); answers come back with the source's.
+type topicIDs struct {
+	toDest, toSource map[[16]byte][16]byte
+}
+
+// sourceTopics asks the source for the names of topic ids, or the ids of names.
+func (c *Carrier) sourceTopics(ctx context.Context, ids [][16]byte, names []string) (map[[16]byte]string, map[string][16]byte, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, id := range ids {
+		t := kmsg.NewMetadataRequestTopic()
+		t.TopicID = id
+		req.Topics = append(req.Topics, t)
+	}
+	for _, n := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, c.cfg.Source)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the source's topic ids: %w", err)
+	}
+	byID, byName := map[[16]byte]string{}, map[string][16]byte{}
+	for _, t := range resp.Topics {
+		if t.ErrorCode != 0 || t.Topic == nil {
+			continue
+		}
+		byID[t.TopicID], byName[*t.Topic] = *t.Topic, t.TopicID
+	}
+	return byID, byName, nil
+}
+
+// destTopic is the destination's id of a topic name, or false.
+func (c *Carrier) destTopic(ctx context.Context, name string) ([16]byte, bool, error) {
+	t, ok := c.cfg.Catalog.ByName(name)
+	if !ok {
+		if err := c.cfg.Catalog.Refresh(ctx, []string{name}); err != nil {
+			return [16]byte{}, false, err
+		}
+		t, ok = c.cfg.Catalog.ByName(name)
+	}
+	return t.ID, ok, nil
+}
+
+// idsToDest rewrites a v10+ request's topic ids for the destination, filling in the names.
+// A topic the source does not know keeps its id, which the destination answers
+// UNKNOWN_TOPIC_ID.
+func (c *Carrier) idsToDest(ctx context.Context, req kmsg.Request) (*topicIDs, error) {
+	var refs []*kmsg.OffsetCommitRequestTopic
+	var frefs []*kmsg.OffsetFetchRequestGroupTopic
+	var ids [][16]byte
+	switch r := req.(type) {
+	case *kmsg.OffsetCommitRequest:
+		if r.Version < 10 {
+			return nil, nil
+		}
+		for i := range r.Topics {
+			refs = append(refs, &r.Topics[i])
+			ids = append(ids, r.Topics[i].TopicID)
+		}
+	case *kmsg.OffsetFetchRequest:
+		if r.Version < 10 {
+			return nil, nil
+		}
+		for i := range r.Groups {
+			for j := range r.Groups[i].Topics {
+				frefs = append(frefs, &r.Groups[i].Topics[j])
+				ids = append(ids, r.Groups[i].Topics[j].TopicID)
+			}
+		}
+	default:
+		return nil, nil
+	}
+	m := &topicIDs{toDest: map[[16]byte][16]byte{}, toSource: map[[16]byte][16]byte{}}
+	if len(ids) == 0 {
+		return m, nil
+	}
+	names, _, err := c.sourceTopics(ctx, ids, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		name, ok := names[id]
+		if !ok {
+			continue
+		}
+		did, ok, err := c.destTopic(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			m.toDest[id], m.toSource[did] = did, id
+		}
+	}
+	for _, t := range refs {
+		if name, ok := names[t.TopicID]; ok {
+			t.Topic = name
+		}
+		if did, ok := m.toDest[t.TopicID]; ok {
+			t.TopicID = did
+		}
+	}
+	for _, t := range frefs {
+		if did, ok := m.toDest[t.TopicID]; ok {
+			t.TopicID = did
+		}
+	}
+	return m, nil
+}
+
+// idsToSource gives an answer the source's topic ids back, and the names offsets are
+// translated by (an OffsetFetch of every topic names topics by the destination's id only).
+func (c *Carrier) idsToSource(ctx context.Context, m *topicIDs, resp kmsg.Response) error {
+	if m == nil {
+		return nil
+	}
+	switch r := resp.(type) {
+	case *kmsg.OffsetCommitResponse:
+		for i := range r.Topics {
+			if sid, ok := m.toSource[r.Topics[i].TopicID]; ok {
+				r.Topics[i].TopicID = sid
+			}
+		}
+	case *kmsg.OffsetFetchResponse:
+		var unknown []string
+		for i := range r.Groups {
+			for j := range r.Groups[i].Topics {
+				t := &r.Groups[i].Topics[j]
+				if dt, ok := c.cfg.Catalog.ByID(t.TopicID); ok {
+					t.Topic = dt.Name
+				}
+				if _, ok := m.toSource[t.TopicID]; !ok && t.Topic != "" {
+					unknown = append(unknown, t.Topic)
+				}
+			}
+		}
+		var byName map[string][16]byte
+		if len(unknown) > 0 {
+			var err error
+			if _, byName, err = c.sourceTopics(ctx, nil, unknown); err != nil {
+				return err
+			}
+		}
+		for i := range r.Groups {
+			for j := range r.Groups[i].Topics {
+				t := &r.Groups[i].Topics[j]
+				if sid, ok := m.toSource[t.TopicID]; ok {
+					t.TopicID = sid
+				} else if sid, ok := byName[t.Topic]; ok {
+					t.TopicID = sid
 				}
 			}
 		}

@@ -8,6 +8,8 @@
 //     commits for what they processed are on the source. An empty group is final at once.
 //   - final → moved once the source's committed offsets are copied to the destination, in
 //     destination offsets (the source view's CommitToDest), after the mirror has reached them.
+//   - returning → returning-final → returned: the same back, before promotion: drained on the
+//     destination, its commits copied to the source in source offsets (ToSource).
 //
 // A group that cannot move (not a consumer group, a KIP-848 group, a topic that is not
 // mirrored) is failed with the reason, and its members go on with the source.
@@ -39,6 +41,8 @@ type Config struct {
 	// Dial connects to a destination broker as offsetgate itself (its TLS and SASL), for the
 	// carriers of moved groups' requests.
 	Dial func(ctx context.Context, addr string) (*wire.Conn, error)
+	// Metrics, when set, counts carried requests (RegisterMetrics).
+	Metrics *Metrics
 	// Interval is the time between two steps (default 250ms).
 	Interval time.Duration
 	Log      *zap.Logger
@@ -79,16 +83,26 @@ func (d *Driver) Run(ctx context.Context) {
 			var err error
 			switch m.State {
 			case catalog.MoveDraining:
-				err = d.drain(ctx, m)
+				err = d.drain(ctx, m, d.src, "source", catalog.MoveFinal)
 			case catalog.MoveFinal:
 				err = d.copy(ctx, m)
+			case catalog.MoveReturning:
+				err = d.drain(ctx, m, d.dest, "destination", catalog.MoveReturnFinal)
+			case catalog.MoveReturnFinal:
+				err = d.copyBack(ctx, m)
 			default:
 				continue
 			}
 			var refused errRefused
 			if errors.As(err, &refused) {
 				d.cfg.Log.Error("group move failed", zap.String("group", m.Group), zap.Error(err))
-				m.State, m.Reason, m.Since = catalog.MoveFailed, err.Error(), time.Time{}
+				// A move that fails leaves the group where its members are: on the source,
+				// or on the destination for a move back.
+				failed := catalog.MoveFailed
+				if m.State == catalog.MoveReturning || m.State == catalog.MoveReturnFinal {
+					failed = catalog.MoveMoved
+				}
+				m.State, m.Reason, m.Since = failed, err.Error(), time.Time{}
 				if err := d.cfg.Catalog.StoreMove(ctx, m); err != nil {
 					d.cfg.Log.Warn("storing a failed move", zap.String("group", m.Group), zap.Error(err))
 				}
@@ -127,29 +141,30 @@ func (d *Driver) advance(ctx context.Context, m catalog.Move, to catalog.MoveSta
 	return nil
 }
 
-// drain checks whether the source's group has let go of every partition.
-func (d *Driver) drain(ctx context.Context, m catalog.Move) error {
-	listed, err := d.src.ListGroups(ctx)
+// drain checks whether the group on one cluster has let go of every partition, and then
+// advances the move to next.
+func (d *Driver) drain(ctx context.Context, m catalog.Move, cl *kadm.Client, cluster string, next catalog.MoveState) error {
+	listed, err := cl.ListGroups(ctx)
 	if err != nil {
-		return fmt.Errorf("listing the source's groups: %w", err)
+		return fmt.Errorf("listing the %s's groups: %w", cluster, err)
 	}
 	if lg, ok := listed[m.Group]; ok && lg.GroupType == "consumer" {
 		return refuse("group %s uses the consumer group protocol of KIP-848, which offsetgate does not move yet (classic groups only)", m.Group)
 	}
-	described, err := d.src.DescribeGroups(ctx, m.Group)
+	described, err := cl.DescribeGroups(ctx, m.Group)
 	if err != nil {
-		return fmt.Errorf("describing group %s on the source: %w", m.Group, err)
+		return fmt.Errorf("describing group %s on the %s: %w", m.Group, cluster, err)
 	}
 	g, ok := described[m.Group]
 	if !ok || g.Err != nil {
-		return fmt.Errorf("describing group %s on the source: %v", m.Group, g.Err)
+		return fmt.Errorf("describing group %s on the %s: %v", m.Group, cluster, g.Err)
 	}
 	switch g.State {
 	case "Empty", "Dead":
-		return d.advance(ctx, m, catalog.MoveFinal)
+		return d.advance(ctx, m, next)
 	case "Stable":
 	default:
-		return fmt.Errorf("the source's group to settle (%s)", g.State)
+		return fmt.Errorf("the %s's group to settle (%s)", cluster, g.State)
 	}
 	if g.ProtocolType != "consumer" {
 		return refuse("group %s has protocol type %q: only consumer groups move", m.Group, g.ProtocolType)
@@ -170,7 +185,7 @@ func (d *Driver) drain(ctx context.Context, m catalog.Move) error {
 			return fmt.Errorf("member %s to rejoin without partitions", mem.MemberID)
 		}
 	}
-	return d.advance(ctx, m, catalog.MoveFinal)
+	return d.advance(ctx, m, next)
 }
 
 // copy copies the source's final commits to the destination once the mirror has reached them.
@@ -224,7 +239,88 @@ func (d *Driver) copy(ctx context.Context, m catalog.Move) error {
 			return fmt.Errorf("committing group %s's offsets on the destination: %w", m.Group, err)
 		}
 	}
+	d.evict(ctx, d.cfg.Source, "source", m.Group)
 	return d.advance(ctx, m, catalog.MoveMoved)
+}
+
+// copyBack copies the destination's final commits of a group going back to the source, in
+// source offsets, and hands the group back.
+func (d *Driver) copyBack(ctx context.Context, m catalog.Move) error {
+	committed, err := d.dest.FetchOffsets(ctx, m.Group)
+	if err != nil {
+		return fmt.Errorf("the destination's commits of group %s: %w", m.Group, err)
+	}
+	if err := committed.Error(); err != nil {
+		return fmt.Errorf("the destination's commits of group %s: %w", m.Group, err)
+	}
+	var names []string
+	for topic := range committed {
+		names = append(names, topic)
+	}
+	if err := d.cfg.Catalog.Refresh(ctx, names); err != nil {
+		return fmt.Errorf("looking up the group's topics on the destination: %w", err)
+	}
+	out := kadm.Offsets{}
+	var stop error
+	committed.Each(func(o kadm.OffsetResponse) {
+		if stop != nil || o.At < 0 {
+			return
+		}
+		t, ok := d.cfg.Catalog.ByName(o.Topic)
+		if !ok || t.Mark == nil {
+			// Promoted (or never mirrored): the source is no longer where it is written.
+			stop = refuse("group %s has offsets of %s, which is not a mirror topic on the destination (promoted?): it stays on the destination", m.Group, o.Topic)
+			return
+		}
+		pv, err := d.cfg.View.Load(ctx, t, o.Partition)
+		if err != nil {
+			stop = fmt.Errorf("the source view of %s[%d]: %w", o.Topic, o.Partition, err)
+			return
+		}
+		out.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: pv.ToSource(o.At), LeaderEpoch: -1, Metadata: o.Metadata})
+	})
+	if stop != nil {
+		return stop
+	}
+	if len(out) > 0 {
+		resp, err := d.src.CommitOffsets(ctx, m.Group, out)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("committing group %s's offsets on the source: %w", m.Group, err)
+		}
+	}
+	d.evict(ctx, d.cfg.Dest, "destination", m.Group)
+	return d.advance(ctx, m, catalog.MoveReturned)
+}
+
+// evict removes the group's members from the cluster it leaves: they will never heartbeat
+// there again, and a group that still lists them would wait for them (a rebalance timeout)
+// when its members come back. A failure is logged: the cluster drops them at their session
+// timeout anyway.
+func (d *Driver) evict(ctx context.Context, cl *kgo.Client, cluster, group string) {
+	described, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	g, ok := described[group]
+	if err != nil || !ok || g.Err != nil || len(g.Members) == 0 {
+		return
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	for _, mem := range g.Members {
+		id := kmsg.NewLeaveGroupRequestMember()
+		id.MemberID, id.InstanceID = mem.MemberID, mem.InstanceID
+		reason := "offsetgate: group " + group + " moved off this cluster"
+		id.Reason = &reason
+		req.Members = append(req.Members, id)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerrFor(resp.ErrorCode, nil)
+	}
+	if err != nil {
+		d.cfg.Log.Warn("removing a moved group's members", zap.String("group", group), zap.String("cluster", cluster), zap.Error(err))
+	}
 }
 
 // DestCoordinator finds a group's coordinator on the destination with offsetgate's own client.

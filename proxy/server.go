@@ -705,7 +705,8 @@ func (s *Server) startMoves(ctx context.Context, st *state.State) (stop func(), 
 		src.Close()
 		return nil, fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
 	}
-	mcfg := &moves.Config{Catalog: st.Catalog, View: st.View, Source: src, Dest: dest, Dial: s.dialOwn, Log: s.log.Named("moves")}
+	mcfg := &moves.Config{Catalog: st.Catalog, View: st.View, Source: src, Dest: dest, Dial: s.dialOwn,
+		Metrics: moves.RegisterMetrics(s.reg, st.Catalog), Log: s.log.Named("moves")}
 	s.moves = sessionMoves{st.Catalog, mcfg}
 	d := moves.New(*mcfg)
 	ctx, cancel := context.WithCancel(ctx)

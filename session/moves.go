@@ -21,6 +21,12 @@ package session
 //     TxnOffsetCommit is refused (GROUP_AUTHORIZATION_FAILED): a transaction on the source
 //     cannot commit offsets to a group on the destination.
 // A LeaveGroup before the move goes to the source (a member that leaves is gone from it).
+//
+// A moved group goes back the same way before promotion: returning drains it on the
+// destination (Heartbeat answered REBALANCE_IN_PROGRESS, the leader's carried SyncGroup
+// emptied, the rest carried), returning-final holds it while the destination's commits are
+// copied to the source, and once returned its requests are the source's again, where the
+// members' destination ids are unknown and they join afresh.
 
 import (
 	"context"
@@ -59,13 +65,28 @@ type Carrier interface {
 }
 
 // moveState is a group's move state as requests on a source connection are treated: "" for a
-// group that is the source's alone (no move, or a failed one).
+// group that is the source's alone (no move, a failed one, or one returned).
 func (s *Session) moveState(group string) catalog.MoveState {
 	m, ok := s.cfg.Moves.Move(group)
 	if !ok || !m.Moving() {
 		return ""
 	}
 	return m.State
+}
+
+// The phases of a move, as requests see them.
+func draining(st catalog.MoveState) bool {
+	return st == catalog.MoveDraining || st == catalog.MoveReturning
+}
+
+// held: the commits are being copied; the group waits.
+func held(st catalog.MoveState) bool {
+	return st == catalog.MoveFinal || st == catalog.MoveReturnFinal
+}
+
+// onDest: the group's coordinator is the destination's; its requests are carried there.
+func onDest(st catalog.MoveState) bool {
+	return st == catalog.MoveMoved || st == catalog.MoveReturning
 }
 
 // moveGate applies the groups' moves to a request on a source connection. It reports whether
@@ -87,19 +108,19 @@ func (s *Session) moveGate(r *request) (bool, error) {
 	rebalancing := kerr.RebalanceInProgress.Code
 	switch req := req.(type) {
 	case *kmsg.HeartbeatRequest:
-		switch s.moveState(req.Group) {
-		case catalog.MoveDraining, catalog.MoveFinal:
+		switch st := s.moveState(req.Group); {
+		case draining(st) || held(st):
 			r.answerWith(&kmsg.HeartbeatResponse{ErrorCode: rebalancing})
-		case catalog.MoveMoved:
+		case onDest(st):
 			s.carry(r, req.Group, req, 0)
 		default:
 			return false, nil
 		}
 	case *kmsg.JoinGroupRequest:
-		switch s.moveState(req.Group) {
-		case catalog.MoveFinal:
+		switch st := s.moveState(req.Group); {
+		case held(st):
 			r.answerWith(&kmsg.JoinGroupResponse{ErrorCode: loading, Generation: -1, MemberID: req.MemberID})
-		case catalog.MoveMoved:
+		case onDest(st):
 			// The coordinator holds a JoinGroup until the group has joined, up to the
 			// rebalance timeout (the session timeout before v1).
 			wait := req.RebalanceTimeoutMillis
@@ -111,29 +132,39 @@ func (s *Session) moveGate(r *request) (bool, error) {
 			return false, nil
 		}
 	case *kmsg.SyncGroupRequest:
-		switch st := s.moveState(req.Group); {
-		case st == catalog.MoveDraining && len(req.GroupAssignment) > 0:
+		st := s.moveState(req.Group)
+		if held(st) {
+			r.answerWith(&kmsg.SyncGroupResponse{ErrorCode: rebalancing})
+			return true, nil
+		}
+		emptied := false
+		if draining(st) {
 			for i := range req.GroupAssignment {
 				a := &req.GroupAssignment[i]
 				a.MemberAssignment = emptyAssignment(a.MemberAssignment)
+				emptied = true
 			}
-			r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
-		case st == catalog.MoveFinal:
-			r.answerWith(&kmsg.SyncGroupResponse{ErrorCode: rebalancing})
-		case st == catalog.MoveMoved:
+		}
+		switch {
+		case onDest(st):
 			// A follower's SyncGroup waits for the leader's, within the rebalance.
 			s.carry(r, req.Group, req, maxGroupWait)
+		case emptied:
+			r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 		default:
 			return false, nil
 		}
 	case *kmsg.LeaveGroupRequest:
-		if s.moveState(req.Group) != catalog.MoveMoved {
-			return false, nil
+		// A member that leaves while the destination's commits are copied back is the
+		// destination's member still.
+		if st := s.moveState(req.Group); onDest(st) || st == catalog.MoveReturnFinal {
+			s.carry(r, req.Group, req, 0)
+			return true, nil
 		}
-		s.carry(r, req.Group, req, 0)
+		return false, nil
 	case *kmsg.OffsetCommitRequest:
-		switch s.moveState(req.Group) {
-		case catalog.MoveFinal:
+		switch st := s.moveState(req.Group); {
+		case held(st):
 			resp := &kmsg.OffsetCommitResponse{}
 			for _, t := range req.Topics {
 				rt := kmsg.OffsetCommitResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
@@ -143,7 +174,7 @@ func (s *Session) moveGate(r *request) (bool, error) {
 				resp.Topics = append(resp.Topics, rt)
 			}
 			r.answerWith(resp)
-		case catalog.MoveMoved:
+		case onDest(st):
 			s.carry(r, req.Group, req, 0)
 		default:
 			return false, nil
@@ -154,7 +185,7 @@ func (s *Session) moveGate(r *request) (bool, error) {
 			return false, nil
 		}
 		code := loading
-		if st == catalog.MoveMoved {
+		if onDest(st) {
 			code = kerr.GroupAuthorizationFailed.Code
 			s.cfg.Log.Warn("a transactional commit to a group moved to the destination is refused: the transaction is the source's",
 				zap.String("group", req.Group), zap.String("transactional_id", req.TransactionalID))
@@ -220,10 +251,10 @@ func emptyAssignment(orig []byte) []byte {
 func (s *Session) moveOffsetFetch(r *request, req *kmsg.OffsetFetchRequest) (bool, error) {
 	loading := kerr.CoordinatorLoadInProgress.Code
 	if r.h.version < 8 {
-		switch s.moveState(req.Group) {
-		case catalog.MoveFinal:
+		switch st := s.moveState(req.Group); {
+		case held(st):
 			r.answerWith(&kmsg.OffsetFetchResponse{ErrorCode: loading})
-		case catalog.MoveMoved:
+		case onDest(st):
 			s.carry(r, req.Group, req, 0)
 		default:
 			return false, nil
@@ -233,10 +264,10 @@ func (s *Session) moveOffsetFetch(r *request, req *kmsg.OffsetFetchRequest) (boo
 	var kept, moved []kmsg.OffsetFetchRequestGroup
 	var waiting []kmsg.OffsetFetchResponseGroup
 	for _, g := range req.Groups {
-		switch s.moveState(g.Group) {
-		case catalog.MoveFinal:
+		switch st := s.moveState(g.Group); {
+		case held(st):
 			waiting = append(waiting, kmsg.OffsetFetchResponseGroup{Group: g.Group, ErrorCode: loading})
-		case catalog.MoveMoved:
+		case onDest(st):
 			moved = append(moved, g)
 		default:
 			kept = append(kept, g)

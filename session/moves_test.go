@@ -274,4 +274,65 @@ func TestMoveGate(t *testing.T) {
 			t.Fatal("the carrier outlived its connection")
 		}
 	})
+
+	t.Run("returning", func(t *testing.T) {
+		s, fc, c := newSession(catalog.MoveReturning)
+		sync := kmsg.NewPtrSyncGroupRequest()
+		sync.SetVersion(5)
+		sync.Group, sync.MemberID = "g", "leader"
+		full := kmsg.ConsumerMemberAssignment{Version: 3, Topics: []kmsg.ConsumerMemberAssignmentTopic{{Topic: "t", Partitions: []int32{0}}}}
+		sync.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: "leader", MemberAssignment: full.AppendTo(nil)}}
+		if _, err := s.HandleClient(reqFrame(heartbeat("g"), 1)); err != nil {
+			t.Fatal(err)
+		}
+		var hb kmsg.HeartbeatResponse
+		readAnswer(t, fc.answers(t, 1)[0], &hb, 4)
+		if hb.ErrorCode != kerr.RebalanceInProgress.Code {
+			t.Fatalf("heartbeat answered %d, want REBALANCE_IN_PROGRESS", hb.ErrorCode)
+		}
+		if _, err := s.HandleClient(reqFrame(sync, 2)); err != nil {
+			t.Fatal(err)
+		}
+		fc.answers(t, 2)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.got) != 1 {
+			t.Fatalf("%d requests carried, want the SyncGroup", len(c.got))
+		}
+		var a kmsg.ConsumerMemberAssignment
+		if err := a.ReadFrom(c.got[0].req.(*kmsg.SyncGroupRequest).GroupAssignment[0].MemberAssignment); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Topics) != 0 || a.Version != 3 {
+			t.Fatalf("the leader's assignment was carried as %+v, want empty (version 3)", a)
+		}
+		if up := fc.forwarded(t); len(up) != 0 {
+			t.Fatalf("%d requests reached the source while the group drains on the destination", len(up))
+		}
+	})
+
+	t.Run("returning-final", func(t *testing.T) {
+		s, fc, c := newSession(catalog.MoveReturnFinal)
+		join := kmsg.NewPtrJoinGroupRequest()
+		join.SetVersion(6)
+		join.Group, join.MemberID, join.ProtocolType = "g", "m-1", "consumer"
+		leave := kmsg.NewPtrLeaveGroupRequest()
+		leave.SetVersion(4)
+		leave.Group = "g"
+		leave.Members = []kmsg.LeaveGroupRequestMember{{MemberID: "m-1"}}
+		if _, err := s.HandleClient(append(reqFrame(join, 1), reqFrame(leave, 2)...)); err != nil {
+			t.Fatal(err)
+		}
+		out := fc.answers(t, 2)
+		var jr kmsg.JoinGroupResponse
+		readAnswer(t, out[0], &jr, 6)
+		if jr.ErrorCode != kerr.CoordinatorLoadInProgress.Code {
+			t.Fatalf("join answered %d, want COORDINATOR_LOAD_IN_PROGRESS", jr.ErrorCode)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.got) != 1 || c.got[0].req.Key() != int16(kmsg.LeaveGroup) {
+			t.Fatalf("carried %d requests, want the LeaveGroup of the destination's member", len(c.got))
+		}
+	})
 }

@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -26,11 +29,14 @@ func runCutover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	cf := newClientFlags(fs, false)
 	dest := fs.String("destination", "", "the destination cluster's brokers, host:port[,host:port] (required): offsetgate's state lives there")
 	group := fs.String("group", "", "the consumer group to move (required)")
-	abort := fs.Bool("abort", false, "stop a move that has not reached the final state: the group stays on the source")
+	abort := fs.Bool("abort", false, "stop a move that has not reached its final state: the group stays where it was (the source, or the destination for --back)")
+	list := fs.Bool("list", false, "list every group's move (state, since, reason) and exit")
+	back := fs.Bool("back", false, "move a moved group back to the source (before its topics are promoted)")
 	wait := fs.Bool("wait", false, "wait until the group is moved (exit 0) or its move failed (exit 1), printing each state")
 	timeout := fs.Duration("timeout", 10*time.Minute, "with --wait, how long to wait")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: offsetgate cutover --destination HOST:PORT --group G [--wait] [--abort] [identity flags]")
+		fmt.Fprintln(stderr, "Usage: offsetgate cutover --destination HOST:PORT --group G [--back] [--wait] [--abort] [identity flags]")
+		fmt.Fprintln(stderr, "       offsetgate cutover --destination HOST:PORT --list [identity flags]")
 		fmt.Fprintln(stderr, "Moves consumer group G live from the source to the destination through offsetgate's source listeners:")
 		fmt.Fprintln(stderr, "its members give up their partitions and commit on the source, the commits are copied to the destination")
 		fmt.Fprintln(stderr, "once the mirror has reached them, and the members rejoin on the destination in their processes.")
@@ -48,10 +54,33 @@ func runCutover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := cf.resolve(); err != nil {
 		return fail(2, err)
 	}
-	if *dest == "" || *group == "" {
+	if *dest == "" || (*group == "" && !*list) {
 		return fail(2, errors.New("--destination and --group are required"))
 	}
 	cf.proxy = *dest // the identity flags apply to the destination itself here
+	if *list {
+		all, err := readMoves(ctx, cf)
+		if err != nil {
+			return fail(2, err)
+		}
+		if len(all) == 0 {
+			fmt.Fprintln(stdout, "no group moves")
+			return 0
+		}
+		names := make([]string, 0, len(all))
+		for g := range all {
+			names = append(names, g)
+		}
+		sort.Strings(names)
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "GROUP\tSTATE\tSINCE\tREASON")
+		for _, g := range names {
+			m := all[g]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g, m.State, m.Since.Format(time.RFC3339), m.Reason)
+		}
+		_ = tw.Flush()
+		return 0
+	}
 	cl, err := cf.proxyClient("offsetgate-cutover", kgo.RequiredAcks(kgo.AllISRAcks()))
 	if err != nil {
 		return fail(2, err)
@@ -62,15 +91,37 @@ func runCutover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return fail(2, err)
 	}
 	m := catalog.Move{Group: *group, State: catalog.MoveDraining}
+	done, failed := catalog.MoveMoved, catalog.MoveFailed
+	if *back {
+		m.State, done, failed = catalog.MoveReturning, catalog.MoveReturned, catalog.MoveMoved
+	}
 	switch {
 	case *abort:
-		if !found || !cur.Moving() {
+		switch {
+		case found && cur.State == catalog.MoveDraining:
+			m = catalog.Move{Group: *group, State: catalog.MoveFailed, Reason: "aborted by offsetgate cutover --abort"}
+		case found && cur.State == catalog.MoveReturning:
+			m = catalog.Move{Group: *group, State: catalog.MoveMoved, Reason: "move back aborted by offsetgate cutover --abort"}
+		case found && cur.Moving() && cur.State != catalog.MoveMoved:
+			return fail(1, fmt.Errorf("group %s is %s: its commits are final, it can no longer be aborted", *group, cur.State))
+		default:
 			return fail(1, fmt.Errorf("group %s has no move in progress", *group))
 		}
-		if cur.State != catalog.MoveDraining {
-			return fail(1, fmt.Errorf("group %s is %s: its source commits are final, it can no longer be aborted", *group, cur.State))
+	case *back:
+		switch {
+		case found && (cur.State == catalog.MoveReturning || cur.State == catalog.MoveReturnFinal):
+			fmt.Fprintf(stdout, "group %s: move back already %s (since %s)\n", *group, cur.State, cur.Since.Format(time.RFC3339))
+			if !*wait {
+				return 0
+			}
+			m.State = ""
+		case !found || cur.State != catalog.MoveMoved:
+			st := catalog.MoveState("not moving")
+			if found {
+				st = cur.State
+			}
+			return fail(1, fmt.Errorf("group %s is %s: only a moved group goes back", *group, st))
 		}
-		m = catalog.Move{Group: *group, State: catalog.MoveFailed, Reason: "aborted by offsetgate cutover --abort"}
 	case found && cur.Moving():
 		fmt.Fprintf(stdout, "group %s: move already %s (since %s)\n", *group, cur.State, cur.Since.Format(time.RFC3339))
 		if !*wait {
@@ -101,9 +152,9 @@ func runCutover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			}
 		}
 		switch {
-		case last == catalog.MoveMoved:
+		case last == done:
 			return 0
-		case last == catalog.MoveFailed:
+		case last == failed:
 			return 1
 		}
 		select {
@@ -114,43 +165,51 @@ func runCutover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 }
 
-// readMove reads a group's move from offsetgate's marks topic on the destination (nil: none).
+// readMove reads a group's move from offsetgate's marks topic on the destination.
 func readMove(ctx context.Context, cf *clientFlags, group string) (catalog.Move, bool, error) {
+	all, err := readMoves(ctx, cf)
+	m, ok := all[group]
+	return m, ok, err
+}
+
+// readMoves reads every group's move from offsetgate's marks topic on the destination.
+func readMoves(ctx context.Context, cf *clientFlags) (map[string]catalog.Move, error) {
 	cl, err := cf.proxyClient("offsetgate-cutover", kgo.ConsumeTopics(catalog.MarksTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		return catalog.Move{}, false, err
+		return nil, err
 	}
 	defer cl.Close()
 	ends, err := endOffset(ctx, cl, catalog.MarksTopic)
 	if err != nil {
-		return catalog.Move{}, false, fmt.Errorf("reading %s on the destination: %w", catalog.MarksTopic, err)
+		return nil, fmt.Errorf("reading %s on the destination: %w", catalog.MarksTopic, err)
 	}
-	var m catalog.Move
-	found := false
-	key := "group:" + group
+	all := map[string]catalog.Move{}
+	const prefix = catalog.MoveKeyPrefix
 	for next := int64(0); next < ends; {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return m, found, ctx.Err()
+			return all, ctx.Err()
 		}
 		if err := fs.Err0(); err != nil {
-			return m, found, fmt.Errorf("reading %s on the destination: %w", catalog.MarksTopic, err)
+			return all, fmt.Errorf("reading %s on the destination: %w", catalog.MarksTopic, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			next = r.Offset + 1
-			if string(r.Key) != key {
+			key := string(r.Key)
+			if !strings.HasPrefix(key, prefix) {
 				return
 			}
-			if r.Value == nil {
-				found = false
-				return
-			}
-			if json.Unmarshal(r.Value, &m) == nil {
-				found = true
+			group := key[len(prefix):]
+			var m catalog.Move
+			switch {
+			case r.Value == nil:
+				delete(all, group)
+			case json.Unmarshal(r.Value, &m) == nil:
+				all[group] = m
 			}
 		})
 	}
-	return m, found, nil
+	return all, nil
 }
 
 // endOffset is the end offset of a one-partition topic.

@@ -43,6 +43,9 @@ func TestCutoverCommand(t *testing.T) {
 		}
 	}
 	state(catalog.MoveDraining)
+	if code, _, errOut := run("cutover", "--destination", dest, "--group", group, "--back"); code != 1 || !strings.Contains(errOut, "only a moved group goes back") {
+		t.Fatalf("--back of a draining group: exit %d, %q", code, errOut)
+	}
 	if code, out, _ := run("cutover", "--destination", dest, "--group", group); code != 0 || !strings.Contains(out, "already draining") {
 		t.Fatalf("a second cutover: exit %d, %q", code, out)
 	}
@@ -58,4 +61,11 @@ func TestCutoverCommand(t *testing.T) {
 		t.Fatalf("cutover after an abort: exit %d, %q", code, out)
 	}
 	state(catalog.MoveDraining)
+	if code, out, _ := run("cutover", "--destination", dest, "--list"); code != 0 || !strings.Contains(out, group) || !strings.Contains(out, "draining") {
+		t.Fatalf("--list: exit %d, %q", code, out)
+	}
+	// A move's record in the marks topic is not a topic's mark: status reads past it.
+	if code, out, errOut := run(args([]string{"status", "--proxy", e.addr}, e.id())...); code != 0 {
+		t.Fatalf("status with a group move stored: exit %d, %q, %q", code, out, errOut)
+	}
 }

@@ -8,9 +8,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,10 +29,10 @@ import (
 	"offsetgate/verify"
 )
 
-// runDemo runs the whole journey on embedded clusters (kfake, in process): a producer writes
-// to the source, offsetgate fronts the destination, the mirror copies the topic offsets
-// included, a consumer group moves from the source to the destination through offsetgate
-// mid-stream, and the end compares source and destination record by record.
+// runDemo runs the whole journey on embedded clusters (kfake, in process): offsetgate fronts
+// both clusters, a producer writes to the source through it, the mirror copies the topic
+// offsets included, a consumer group moves from the source to the destination live (never
+// restarted), and the end compares source and destination record by record.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -40,15 +40,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: offsetgate demo [--phase DURATION]")
 		fmt.Fprintln(stderr, "Runs the whole journey in one process, on two embedded clusters (franz-go's kfake; nothing to install):")
-		fmt.Fprintln(stderr, "  1. a producer writes to topic demo-orders on the source for the whole demo;")
-		fmt.Fprintln(stderr, "  2. the billing consumer group reads it on the source for one phase, commits, and stops;")
-		fmt.Fprintln(stderr, "  3. offsetgate (TLS) fronts the destination; offsetgate mirror follows the source with a client")
-		fmt.Fprintln(stderr, "     certificate, offsets included, and copies the group's committed offsets;")
-		fmt.Fprintln(stderr, "  4. the group starts again through offsetgate exactly where it stopped, for another phase;")
+		fmt.Fprintln(stderr, "  1. offsetgate fronts both clusters: a TLS listener in front of the destination for the mirror, and")
+		fmt.Fprintln(stderr, "     the applications' listener in front of the source (source mode);")
+		fmt.Fprintln(stderr, "  2. a producer writes to topic demo-orders through the applications' listener for the whole demo, and")
+		fmt.Fprintln(stderr, "     offsetgate mirror follows the source with a client certificate, offsets included;")
+		fmt.Fprintln(stderr, "  3. the billing consumer group, one process never restarted, consumes through the same listener;")
+		fmt.Fprintln(stderr, "  4. after a phase, offsetgate cutover moves the group to the destination live: it drains, its")
+		fmt.Fprintln(stderr, "     commits are copied once mirrored, and it goes on with the destination's coordinator;")
 		fmt.Fprintln(stderr, "  5. the producer stops, the group reads to the end, the mirror catches up, and both clusters are")
 		fmt.Fprintln(stderr, "     compared record by record and with offsetgate verify's prover.")
 		fmt.Fprintln(stderr, "Lines start with [demo] (the story) or [mirror] (offsetgate mirror's own output). Exit 0 when every")
-		fmt.Fprintln(stderr, "record is where it should be, 1 otherwise.")
+		fmt.Fprintln(stderr, "record is where it should be and was processed once, 1 otherwise. OFFSETGATE_DEMO_DEBUG=1 in the")
+		fmt.Fprintln(stderr, "environment also prints offsetgate's and the consumer's logs (stderr).")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
@@ -87,19 +90,41 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("certificates", err)
 	}
-	port, err := ports.Block(len(dst.ListenAddrs()) + 2)
+	// Two listeners: the mirror's (TLS, in front of the destination) and the applications'
+	// (plain, in front of the source until their group moves; the source's brokers are
+	// presented at node ids raised by 100).
+	const shift = 100
+	port, err := ports.Block(2 * (len(dst.ListenAddrs()) + len(src.ListenAddrs()) + 1))
 	if err != nil {
 		return fail("ports", err)
 	}
 	ogAddr := "127.0.0.1:" + strconv.Itoa(port)
+	appsAddr := "127.0.0.1:" + strconv.Itoa(port+1)
+	mirrorPorts, appsPorts := map[int32]int{}, map[int32]int{}
+	next := port + 2
+	for i := range dst.ListenAddrs() {
+		mirrorPorts[int32(i)], appsPorts[int32(i)] = next, next+1
+		next += 2
+	}
+	for i := range src.ListenAddrs() {
+		appsPorts[int32(i)+shift] = next
+		next++
+	}
 	cfg := proxy.Config{
-		Listen:    ogAddr,
 		Bootstrap: dst.ListenAddrs(),
-		TLS: proxy.TLSConfig{Listener: &ogtls.ServerConfig{CertFile: certs.Server.CertFile, KeyFile: certs.Server.KeyFile,
-			ClientCAFile: certs.CA.CertFile, ClientAuth: "request"}},
+		Listeners: []proxy.ListenerConfig{
+			{Name: "mirror", Listen: ogAddr, BrokerPorts: mirrorPorts, TLS: &ogtls.ServerConfig{CertFile: certs.Server.CertFile, KeyFile: certs.Server.KeyFile,
+				ClientCAFile: certs.CA.CertFile, ClientAuth: "request"}},
+			{Name: "apps", Listen: appsAddr, BrokerPorts: appsPorts, Upstream: proxy.UpstreamSource},
+		},
+		Source:    &proxy.SourceConfig{Bootstrap: src.ListenAddrs(), NodeIDOffset: shift},
 		Mirroring: rules.MirroringConfig{Clients: []rules.ClientConfig{{Name: "demo-mirror", TLSSAN: "URI:spiffe://demo/mirror", Topics: []string{"demo-*"}}}},
 	}
-	srv, err := proxy.New(cfg, zap.NewNop())
+	demoLog := zap.NewNop()
+	if os.Getenv("OFFSETGATE_DEMO_DEBUG") != "" {
+		demoLog, _ = zap.NewDevelopment()
+	}
+	srv, err := proxy.New(cfg, demoLog)
 	if err != nil {
 		return fail("offsetgate", err)
 	}
@@ -112,16 +137,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err := <-served:
 		return fail("offsetgate", err)
 	}
-	say("offsetgate listening on %s in front of the destination (TLS; the mirror proves its identity with a client certificate)", ogAddr)
+	say("offsetgate: the mirror's listener %s in front of the destination (TLS; the mirror proves its identity with a client certificate),", ogAddr)
+	say("the applications' listener %s in front of the source (source mode): the applications use it from the start", appsAddr)
 	tlsFor := func(kp *testcerts.KeyPair) kgo.Opt { return kgo.DialTLSConfig(certs.ClientTLS(kp)) }
 
-	// A producer writes to the source all along. It is stopped by ending its loop, never by
-	// cancelling records it handed over: every record it produced is acknowledged and counted.
+	// A producer writes to the source through offsetgate all along. It is stopped by ending its
+	// loop, never by cancelling records it handed over: every record it produced is
+	// acknowledged and counted.
 	var produced atomic.Int64
 	var producing atomic.Bool
 	producing.Store(true)
 	defer producing.Store(false)
-	prod, err := kgo.NewClient(kgo.SeedBrokers(src.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(20*time.Millisecond))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(appsAddr), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(20*time.Millisecond))
 	if err != nil {
 		return fail("producer", err)
 	}
@@ -144,103 +171,78 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	// The billing consumer group starts on the source. Every record it reads is counted by
-	// partition and offset, so that the end can tell distinct records from repeats.
-	seen := map[string]int{}
-	var seenMu sync.Mutex
-	// consume runs the group until cctx ends or, once ends is set, until it has read every
-	// partition up to its end (drained).
-	type progress struct {
-		mu   sync.Mutex
-		next map[int32]int64 // next offset to read, by partition
-	}
-	consume := func(cctx context.Context, where string, pr *progress, opts ...kgo.Opt) (int, map[int32]int64, error) {
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit()}, opts...)...)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer cl.Close()
-		n := 0
-		first := map[int32]int64{}
-		for cctx.Err() == nil {
-			fs := cl.PollFetches(cctx)
-			for _, r := range fs.Records() {
-				k := fmt.Sprintf("%d/%d", r.Partition, r.Offset)
-				seenMu.Lock()
-				seen[k]++
-				seenMu.Unlock()
-				if _, ok := first[r.Partition]; !ok {
-					first[r.Partition] = r.Offset
-				}
-				if pr != nil {
-					pr.mu.Lock()
-					pr.next[r.Partition] = r.Offset + 1
-					pr.mu.Unlock()
-				}
-				n++
-			}
-			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-				return n, first, fmt.Errorf("commit on %s: %w", where, err)
-			}
-		}
-		return n, first, nil
-	}
-	cctx, stopConsumer := context.WithTimeout(ctx, *phase)
-	onSource, _, err := consume(cctx, "source", nil, kgo.SeedBrokers(src.ListenAddrs()...))
-	stopConsumer()
-	if err != nil {
-		return fail("billing group on the source", err)
-	}
-	say("billing group consumed %d records on the source, committed, and stopped", onSource)
-
-	// The mirror follows the source and copies the group's offsets.
+	// The mirror follows the source.
 	mctx, stopMirror := context.WithCancel(ctx)
 	defer stopMirror()
 	mdone := make(chan error, 1)
 	go func() {
 		_, err := mirror.Follow(mctx, mirror.Config{Source: src.ListenAddrs(), Proxy: []string{ogAddr}, ProxyTLS: certs.ClientTLS(mirrorID),
-			Topics: []string{topic}, ReplicationFactor: 2, Groups: regexp.MustCompile("^" + group + "$"), GroupInterval: 500 * time.Millisecond,
-			Progress: &prefixed{w: stdout, prefix: "[mirror] "}, ProgressEvery: *phase})
+			Topics: []string{topic}, ReplicationFactor: 2, Progress: &prefixed{w: stdout, prefix: "[mirror] "}, ProgressEvery: *phase})
 		mdone <- err
 	}()
 	sadm := kadm.NewClient(clientOrNil(src.ListenAddrs()))
 	dadm := kadm.NewClient(clientOrNil(dst.ListenAddrs()))
 	defer sadm.Close()
 	defer dadm.Close()
-	moveStart := time.Now()
-	var committed kadm.OffsetResponses
-	for {
-		so, err1 := sadm.FetchOffsets(ctx, group)
-		do, err2 := dadm.FetchOffsets(ctx, group)
-		if err1 == nil && err2 == nil && len(so) > 0 && fmt.Sprint(offsetsOf(so)) == fmt.Sprint(offsetsOf(do)) {
-			committed = so
-			break
-		}
-		if ctx.Err() != nil || time.Since(moveStart) > time.Minute {
-			stopMirror()
-			return fail("copying the group's offsets", fmt.Errorf("not copied after %v", time.Since(moveStart)))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	say("the mirror copied the group's committed offsets to the destination in %v: %v", time.Since(moveStart).Round(time.Millisecond), offsetsOf(committed))
 
-	// The group starts again, against offsetgate, and carries on for a phase; then the
-	// producer stops and the group reads on to the end, so that it processes every record.
-	pr := &progress{next: map[int32]int64{}}
-	committed.Each(func(o kadm.OffsetResponse) { pr.next[o.Partition] = o.At }) // where it resumes
-	cctx, stopConsumer = context.WithCancel(ctx)
-	defer stopConsumer()
-	type consumed struct {
-		n     int
-		first map[int32]int64
-		err   error
+	// The billing consumer group: one process for the whole demo, never restarted. It
+	// processes what a poll returns, commits it, and only then lets a rebalance go on, so each
+	// record is processed once. Every record is counted by partition and offset, with when.
+	seen := map[string]int{}
+	var times []time.Time
+	var seenMu sync.Mutex
+	var moved atomic.Int64 // when the group moved (UnixNano), 0 before
+	var beforeMove, afterMove atomic.Int64
+	pr := map[int32]int64{} // next offset to read, by partition
+	cl, err := kgo.NewClient(kgo.SeedBrokers(appsAddr), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.WithLogger(kgo.BasicLogger(os.Stderr, demoKgoLevel(), nil)))
+	if err != nil {
+		return fail("billing group", err)
 	}
-	cdone := make(chan consumed, 1)
+	defer cl.CloseAllowingRebalance() // it blocks rebalances on poll
+	cctx, stopConsumer := context.WithCancel(ctx)
+	defer stopConsumer()
+	cdone := make(chan error, 1)
 	go func() {
-		n, first, err := consume(cctx, "offsetgate", pr, kgo.SeedBrokers(ogAddr), tlsFor(nil))
-		cdone <- consumed{n, first, err}
+		for cctx.Err() == nil {
+			fctx, cancel := context.WithTimeout(cctx, 500*time.Millisecond)
+			fs := cl.PollFetches(fctx)
+			cancel()
+			seenMu.Lock()
+			for _, r := range fs.Records() {
+				seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+				times = append(times, time.Now())
+				pr[r.Partition] = r.Offset + 1
+				if moved.Load() == 0 {
+					beforeMove.Add(1)
+				} else {
+					afterMove.Add(1)
+				}
+			}
+			seenMu.Unlock()
+			if err := cl.CommitUncommittedOffsets(cctx); err != nil && cctx.Err() == nil {
+				cdone <- fmt.Errorf("commit: %w", err)
+				return
+			}
+			cl.AllowRebalance()
+		}
+		cdone <- nil
 	}()
+	select {
+	case <-time.After(*phase):
+	case <-ctx.Done():
+	}
+	say("billing group processed %d records through the applications' listener, its coordinator the source's", beforeMove.Load())
+
+	// The move, as an operator starts it: offsetgate cutover.
+	say("offsetgate cutover --group %s --wait: the group moves to the destination while it consumes", group)
+	moveStart := time.Now()
+	cut := &prefixed{w: stdout, prefix: "[demo] cutover: "}
+	if code := runCutover(ctx, []string{"--destination", strings.Join(dst.ListenAddrs(), ","), "--group", group, "--wait", "--timeout", "1m"}, cut, cut); code != 0 {
+		return fail("cutover", fmt.Errorf("exit %d", code))
+	}
+	moved.Store(time.Now().UnixNano())
+	say("the group moved in %v; the billing consumer goes on in the same process, its coordinator now the destination's", time.Since(moveStart).Round(time.Millisecond))
 	select {
 	case <-time.After(*phase):
 	case <-ctx.Done():
@@ -257,36 +259,39 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("source end offsets", err)
 	}
-	say("the producer stopped after %d records; the billing group reads on through offsetgate to the end of every partition", produced.Load())
+	say("the producer stopped after %d records; the billing group reads on to the end of every partition", produced.Load())
 	deadline := time.Now().Add(time.Minute)
 	for drained := false; !drained; {
 		drained = true
-		pr.mu.Lock()
-		ends.Each(func(o kadm.ListedOffset) { drained = drained && pr.next[o.Partition] >= o.Offset })
-		pr.mu.Unlock()
+		seenMu.Lock()
+		ends.Each(func(o kadm.ListedOffset) { drained = drained && pr[o.Partition] >= o.Offset })
+		seenMu.Unlock()
 		if !drained && time.Now().After(deadline) {
 			stopConsumer()
-			return fail("billing group through offsetgate", fmt.Errorf("read up to %v of %v after a minute", pr.next, endsOf(ends)))
+			return fail("billing group", fmt.Errorf("read up to %v of %v after a minute", pr, endsOf(ends)))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	stopConsumer()
-	c := <-cdone
-	if c.err != nil {
-		return fail("billing group through offsetgate", c.err)
+	if err := <-cdone; err != nil {
+		return fail("billing group", err)
 	}
-	throughOG := c.n
-	say("billing group consumed %d records through offsetgate, up to the end; first offsets read %v", throughOG, c.first)
-	exact := true
-	committed.Each(func(o kadm.OffsetResponse) {
-		if f, ok := c.first[o.Partition]; ok && f != o.At {
-			exact = false
-			say("partition %d resumed at %d, committed %d", o.Partition, f, o.At)
+	seenMu.Lock()
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	var pause time.Duration
+	for i := 1; i < len(times); i++ {
+		if times[i].After(moveStart) && times[i-1].Before(time.Unix(0, moved.Load()).Add(5*time.Second)) {
+			pause = max(pause, times[i].Sub(times[i-1]))
 		}
-	})
-	if exact {
-		say("every partition resumed exactly at its committed offset: nothing skipped, nothing repeated")
 	}
+	seenMu.Unlock()
+	say("the billing consumer was never restarted; its longest pause around the move: %v", pause.Round(time.Millisecond))
+	// The group's commits are on the destination, read back through offsetgate in source terms.
+	dcommits, err := dadm.FetchOffsets(ctx, group)
+	if err != nil || dcommits.Error() != nil {
+		return fail("the group on the destination", fmt.Errorf("%v %v", err, dcommits.Error()))
+	}
+	say("the group's commits on the destination (destination offsets, which offsetgate serves as the source's): %v", offsetsOf(dcommits))
 
 	// The mirror catches up; then both clusters are compared.
 	for {
@@ -345,8 +350,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	say("verified: %d records are at the same offsets with the same keys and values on source and destination", total)
 	// The numbers add up: what the group read in both places is every record produced, each
 	// once; anything else is said, with what it means.
-	say("billing: %d records read on the source + %d through offsetgate = %d; %d distinct records, %d read more than once; the producer wrote %d",
-		onSource, throughOG, onSource+throughOG, len(seen), repeated, produced.Load())
+	say("billing: %d records processed before the move + %d after = %d; %d distinct records, %d read more than once; the producer wrote %d",
+		beforeMove.Load(), afterMove.Load(), beforeMove.Load()+afterMove.Load(), len(seen), repeated, produced.Load())
 	switch {
 	case int64(len(seen)) == produced.Load() && repeated == 0 && int64(total) == produced.Load():
 		say("every record produced was mirrored and processed exactly once")
@@ -461,4 +466,11 @@ func compare(ctx context.Context, a, b []string, topic string) (string, int, err
 		}
 	}
 	return "", total, nil
+}
+
+func demoKgoLevel() kgo.LogLevel {
+	if os.Getenv("OFFSETGATE_DEMO_DEBUG") != "" {
+		return kgo.LogLevelInfo
+	}
+	return kgo.LogLevelNone
 }

@@ -102,7 +102,7 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"resumed exactly at its committed offset", "verified:", "every record produced was mirrored and processed exactly once"} {
+	for _, want := range []string{"cutover: group demo-billing: moved", "never restarted", "verified:", "every record produced was mirrored and processed exactly once"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out.String())
 		}
@@ -113,9 +113,9 @@ func TestDemo(t *testing.T) {
 			t.Fatalf("a line without its prefix: %q\n%s", l, out.String())
 		}
 	}
-	// The numbers add up: records read on the source and through offsetgate are the distinct
+	// The numbers add up: records processed before and after the move are the distinct
 	// records, none repeated, and they are every record produced and verified.
-	m := regexp.MustCompile(`billing: (\d+) records read on the source \+ (\d+) through offsetgate = (\d+); (\d+) distinct records, (\d+) read more than once; the producer wrote (\d+)`).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`billing: (\d+) records processed before the move \+ (\d+) after = (\d+); (\d+) distinct records, (\d+) read more than once; the producer wrote (\d+)`).FindStringSubmatch(out.String())
 	v := regexp.MustCompile(`verified: (\d+) records`).FindStringSubmatch(out.String())
 	if m == nil || v == nil {
 		t.Fatalf("no reconciliation in the demo output:\n%s", out.String())
