@@ -23,7 +23,7 @@ import (
 
 // sourceMode is a mutation for plainServerWith: the listener fronts the source (bootstrap)
 // and the destination, the source's brokers at node ids raised by 20 on ports of their own.
-func sourceMode(t testing.TB, pair *testkafka.Pair) func(*proxy.Config) {
+func sourceMode(t testing.TB, pair *testkafka.Pair, instance string) func(*proxy.Config) {
 	spare, err := ports.Block(len(pair.Source.Nodes))
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +37,7 @@ func sourceMode(t testing.TB, pair *testkafka.Pair) func(*proxy.Config) {
 		c.Listeners = []proxy.ListenerConfig{{Name: "apps", Listen: c.Listen, BrokerPorts: pinned, Upstream: proxy.UpstreamSource}}
 		c.Listen = ""
 		c.Source = &proxy.SourceConfig{Bootstrap: pair.Source.Addrs(), NodeIDOffset: shift}
-		c.InstanceID = "apps"
+		c.InstanceID = instance
 	}
 }
 
@@ -53,17 +53,22 @@ func TestLiveGroupMove(t *testing.T) {
 		name string
 		m    memberKind
 		back bool // and then back to the source
+		// instances is how many offsetgate instances front the source; member m uses
+		// instance m % instances (default 1).
+		instances int
 	}{
-		{"cooperative", memberKind{balancer: kgo.CooperativeStickyBalancer()}, false},
-		{"eager", memberKind{balancer: kgo.RangeBalancer()}, false},
-		{"static", memberKind{balancer: kgo.CooperativeStickyBalancer(), static: true}, false},
-		{"java-cooperative", memberKind{java: "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}, false},
-		{"java-eager", memberKind{java: "org.apache.kafka.clients.consumer.RangeAssignor"}, false},
+		{name: "cooperative", m: memberKind{balancer: kgo.CooperativeStickyBalancer()}},
+		{name: "eager", m: memberKind{balancer: kgo.RangeBalancer()}},
+		{name: "static", m: memberKind{balancer: kgo.CooperativeStickyBalancer(), static: true}},
+		{name: "java-cooperative", m: memberKind{java: "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}},
+		{name: "java-eager", m: memberKind{java: "org.apache.kafka.clients.consumer.RangeAssignor"}},
 		// Moved and back, on a topic whose source log starts above 0 and whose destination
 		// offsets are shifted: both translations of the commits are in play.
-		{"back", memberKind{balancer: kgo.CooperativeStickyBalancer()}, true},
+		{name: "back", m: memberKind{balancer: kgo.CooperativeStickyBalancer()}, back: true},
+		// Two instances, each running the moves' driver, each member on its own.
+		{name: "two-instances", m: memberKind{balancer: kgo.CooperativeStickyBalancer()}, instances: 2},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testLiveGroupMove(t, tc.m, tc.back) })
+		t.Run(tc.name, func(t *testing.T) { testLiveGroupMove(t, tc.m, tc.back, max(tc.instances, 1)) })
 	}
 }
 
@@ -116,7 +121,7 @@ func (k memberKind) run(t *testing.T, ctx context.Context, bootstrap, topic, gro
 	}
 }
 
-func testLiveGroupMove(t *testing.T, kind memberKind, back bool) {
+func testLiveGroupMove(t *testing.T, kind memberKind, back bool, instances int) {
 	prefix := testkafka.Names(t, "lm")
 	var mutate func(*proxy.Config)
 	if back {
@@ -153,8 +158,13 @@ func testLiveGroupMove(t *testing.T, kind memberKind, back bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, appsSrv := e.plainServerWith(t, sourceMode(t, e.pair))
+	_, appsSrv := e.plainServerWith(t, sourceMode(t, e.pair, "apps"))
 	apps := appsSrv.BootstrapAddr()
+	memberAddrs := []string{apps}
+	for i := 1; i < instances; i++ {
+		_, other := e.plainServerWith(t, sourceMode(t, e.pair, fmt.Sprintf("apps-%d", i)))
+		memberAddrs = append(memberAddrs, other.BootstrapAddr())
+	}
 
 	// Producers write to the source through offsetgate the whole time.
 	var produced atomic.Int64
@@ -200,7 +210,7 @@ func testLiveGroupMove(t *testing.T, kind memberKind, back bool) {
 		members.Add(1)
 		go func() {
 			defer members.Done()
-			kind.run(t, cctx, apps, topic, group, m, func(p int32, o int64) {
+			kind.run(t, cctx, memberAddrs[m%len(memberAddrs)], topic, group, m, func(p int32, o int64) {
 				mu.Lock()
 				defer mu.Unlock()
 				seen[key{p, o}]++
