@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,13 +79,23 @@ type memberKind struct {
 	balancer kgo.GroupBalancer
 	static   bool
 	java     string
+	// javaProps, when set, makes the member a Java consumer with these properties (and the
+	// assignor java names, if any).
+	javaProps map[string]string
 }
 
 // run consumes as member m of group until ctx ends, calling each for every record processed.
 func (k memberKind) run(t *testing.T, ctx context.Context, bootstrap, topic, group string, m int, each func(p int32, o int64)) {
-	if k.java != "" {
+	if k.java != "" || k.javaProps != nil {
+		props := map[string]string{"client.id": fmt.Sprintf("%s-m%d", group, m)}
+		if k.java != "" {
+			props["partition.assignment.strategy"] = k.java
+		}
+		for p, v := range k.javaProps {
+			props[p] = v
+		}
 		err := realclients.JavaConsumeStream(ctx, bootstrap, topic, 1<<30, int((10 * time.Minute).Milliseconds()),
-			realclients.JavaOptions{Group: group, Props: map[string]string{"partition.assignment.strategy": k.java, "client.id": fmt.Sprintf("%s-m%d", group, m)}},
+			realclients.JavaOptions{Group: group, Props: props},
 			func(r realclients.Record) { each(r.Partition, r.Offset) })
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("java member %d: %v", m, err)
@@ -370,4 +381,88 @@ func testLiveGroupMove(t *testing.T, kind memberKind, back bool, instances int) 
 		})
 		return ok
 	})
+}
+
+// A group of the new consumer protocol (KIP-848) cannot be moved live: the move fails with the
+// reason, and the group's member, a Java consumer with group.protocol=consumer, goes on with
+// the source undisturbed, processing every record once.
+func TestLiveGroupMoveRefusesKIP848(t *testing.T) {
+	prefix := testkafka.Names(t, "lk")
+	e := newEnv(t, prefix, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := e.pair.Source
+	topic := prefix + "-t"
+	if err := s.CreateTopic(ctx, topic, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, appsSrv := e.plainServerWith(t, sourceMode(t, e.pair, "apps"))
+	apps := appsSrv.BootstrapAddr()
+	mctx, stopMirror := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() { _, err := mirror.Follow(mctx, e.mirrorConfig(topic)); mdone <- err }()
+	defer func() { stopMirror(); <-mdone }()
+
+	group := prefix + "-g"
+	var mu sync.Mutex
+	seen := map[[2]int64]int{}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+	cctx, stopConsuming := context.WithCancel(ctx)
+	cdone := make(chan struct{})
+	go func() {
+		defer close(cdone)
+		memberKind{javaProps: map[string]string{"group.protocol": "consumer"}}.run(t, cctx, apps, topic, group, 0, func(p int32, o int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[[2]int64{int64(p), o}]++
+		})
+	}()
+	produce := func(n int) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(apps), kgo.DefaultProduceTopic(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for i := 0; i < n; i++ {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(100)
+	waitUntil(t, time.Minute, func() bool { return count() >= 100 })
+
+	dcl, err := kgo.NewClient(kgo.SeedBrokers(e.pair.Dest.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dcl.Close()
+	if err := catalog.StoreMoveWith(ctx, dcl, catalog.Move{Group: group, State: catalog.MoveDraining}); err != nil {
+		t.Fatal(err)
+	}
+	var m catalog.Move
+	waitUntil(t, time.Minute, func() bool {
+		var ok bool
+		m, ok = appsSrv.Catalog().Move(group)
+		return ok && m.State == catalog.MoveFailed
+	})
+	if !strings.Contains(m.Reason, "KIP-848") {
+		t.Fatalf("the move failed for %q; want the reason to name KIP-848", m.Reason)
+	}
+	// The member goes on with the source.
+	produce(100)
+	waitUntil(t, time.Minute, func() bool { return count() >= 200 })
+	stopConsuming()
+	<-cdone
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s[%d] offset %d processed %d times", topic, k[0], k[1], n)
+		}
+	}
 }
