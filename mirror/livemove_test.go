@@ -288,6 +288,47 @@ func testLiveGroupMove(t *testing.T, kind memberKind, back bool, instances int) 
 		total += o.Offset - st.Offset
 	})
 	waitUntil(t, time.Minute, func() bool { return int64(count()) >= total })
+	// The members commit what they processed: on the source after a move back, otherwise on
+	// the destination, in destination offsets that read back through offsetgate as the
+	// source's ends. Checked before they stop (a Java member is stopped by killing it).
+	atEnds := func(committed func(topic string, p int32) (int64, bool)) bool {
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if at, found := committed(topic, o.Partition); !found || at != o.Offset {
+				ok = false
+			}
+		})
+		return ok
+	}
+	if back {
+		waitUntil(t, 30*time.Second, func() bool {
+			so, err := sadm.FetchOffsets(ctx, group)
+			return err == nil && atEnds(func(tp string, p int32) (int64, bool) {
+				c, found := so.Lookup(tp, p)
+				return c.At, found
+			})
+		})
+	} else {
+		dg, err := kadm.NewClient(dcl).DescribeGroups(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := dg[group]; g.Err != nil || g.State == "Dead" || g.State == "Empty" {
+			t.Fatalf("the group on the destination: %+v", g)
+		}
+		pcl, err := kgo.NewClient(kgo.SeedBrokers(e.plain(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pcl.Close()
+		waitUntil(t, 30*time.Second, func() bool {
+			po, err := groupOffsetsOf(ctx, pcl, group, topic, parts)
+			return err == nil && atEnds(func(tp string, p int32) (int64, bool) {
+				c, found := po.Lookup(tp, p)
+				return c.At, found
+			})
+		})
+	}
 	stopConsuming()
 	members.Wait()
 
@@ -336,51 +377,8 @@ func testLiveGroupMove(t *testing.T, kind memberKind, back bool, instances int) 
 	}
 	t.Logf("%v requests carried, %v failed", carried, carryErrors)
 	if back {
-		// The group is the source's again, its commits the source's ends.
-		waitUntil(t, 30*time.Second, func() bool {
-			so, err := sadm.FetchOffsets(ctx, group)
-			if err != nil {
-				return false
-			}
-			ok := true
-			ends.Each(func(o kadm.ListedOffset) {
-				if c, found := so.Lookup(topic, o.Partition); !found || c.At != o.Offset {
-					ok = false
-				}
-			})
-			return ok
-		})
 		t.Logf("group %s moved back: longest pause around the move back %v", group, pause(backStart, backDone))
-		return
 	}
-	// The group lives on the destination now, its commits in destination offsets that read
-	// back through offsetgate as the source's ends.
-	dadm := kadm.NewClient(dcl)
-	dg, err := dadm.DescribeGroups(ctx, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g := dg[group]; g.Err != nil || g.State == "Dead" {
-		t.Fatalf("the group on the destination: %+v", g)
-	}
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(e.plain(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	waitUntil(t, 30*time.Second, func() bool {
-		po, err := groupOffsetsOf(ctx, pcl, group, topic, parts)
-		if err != nil {
-			return false
-		}
-		ok := true
-		ends.Each(func(o kadm.ListedOffset) {
-			if c, found := po.Lookup(topic, o.Partition); !found || c.At != o.Offset {
-				ok = false
-			}
-		})
-		return ok
-	})
 }
 
 // A group of the new consumer protocol (KIP-848) cannot be moved live: the move fails with the
