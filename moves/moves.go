@@ -190,54 +190,16 @@ func (d *Driver) drain(ctx context.Context, m catalog.Move, cl *kadm.Client, clu
 
 // copy copies the source's final commits to the destination once the mirror has reached them.
 func (d *Driver) copy(ctx context.Context, m catalog.Move) error {
-	committed, err := d.src.FetchOffsets(ctx, m.Group)
+	err := d.transfer(ctx, m.Group, d.src, d.dest, "source", "destination", "",
+		func(o kadm.OffsetResponse, pv *view.Partition) (int64, error) {
+			if pv.End() < o.At {
+				pv.Stale() // read the ledger again next time: another instance may be writing it
+				return 0, fmt.Errorf("the mirror of %s[%d] to reach %d (at %d)", o.Topic, o.Partition, o.At, pv.End())
+			}
+			return pv.CommitToDest(o.At), nil
+		})
 	if err != nil {
-		return fmt.Errorf("the source's commits of group %s: %w", m.Group, err)
-	}
-	if err := committed.Error(); err != nil {
-		return fmt.Errorf("the source's commits of group %s: %w", m.Group, err)
-	}
-	var names []string
-	for topic := range committed {
-		names = append(names, topic)
-	}
-	if err := d.cfg.Catalog.Refresh(ctx, names); err != nil {
-		return fmt.Errorf("looking up the group's topics on the destination: %w", err)
-	}
-	out := kadm.Offsets{}
-	var wait error
-	committed.Each(func(o kadm.OffsetResponse) {
-		if wait != nil || o.At < 0 {
-			return
-		}
-		t, ok := d.cfg.Catalog.ByName(o.Topic)
-		if !ok || t.Mark == nil {
-			wait = refuse("group %s has offsets of %s, which is not a mirror topic on the destination", m.Group, o.Topic)
-			return
-		}
-		pv, err := d.cfg.View.Load(ctx, t, o.Partition)
-		if err != nil {
-			wait = fmt.Errorf("the source view of %s[%d]: %w", o.Topic, o.Partition, err)
-			return
-		}
-		if pv.End() < o.At {
-			pv.Stale() // read the ledger again next time: another instance may be writing it
-			wait = fmt.Errorf("the mirror of %s[%d] to reach %d (at %d)", o.Topic, o.Partition, o.At, pv.End())
-			return
-		}
-		out.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: pv.CommitToDest(o.At), LeaderEpoch: -1, Metadata: o.Metadata})
-	})
-	if wait != nil {
-		return wait
-	}
-	if len(out) > 0 {
-		resp, err := d.dest.CommitOffsets(ctx, m.Group, out)
-		if err == nil {
-			err = resp.Error()
-		}
-		if err != nil {
-			return fmt.Errorf("committing group %s's offsets on the destination: %w", m.Group, err)
-		}
+		return err
 	}
 	d.evict(ctx, d.cfg.Source, "source", m.Group)
 	return d.advance(ctx, m, catalog.MoveMoved)
@@ -246,12 +208,27 @@ func (d *Driver) copy(ctx context.Context, m catalog.Move) error {
 // copyBack copies the destination's final commits of a group going back to the source, in
 // source offsets, and hands the group back.
 func (d *Driver) copyBack(ctx context.Context, m catalog.Move) error {
-	committed, err := d.dest.FetchOffsets(ctx, m.Group)
+	// A promoted topic (or one never mirrored): the source is no longer where it is written.
+	err := d.transfer(ctx, m.Group, d.dest, d.src, "destination", "source", " (promoted?): it stays on the destination",
+		func(o kadm.OffsetResponse, pv *view.Partition) (int64, error) { return pv.ToSource(o.At), nil })
 	if err != nil {
-		return fmt.Errorf("the destination's commits of group %s: %w", m.Group, err)
+		return err
 	}
-	if err := committed.Error(); err != nil {
-		return fmt.Errorf("the destination's commits of group %s: %w", m.Group, err)
+	d.evict(ctx, d.cfg.Dest, "destination", m.Group)
+	return d.advance(ctx, m, catalog.MoveReturned)
+}
+
+// transfer commits a group's commits on one cluster to the other, each offset translated by
+// its partition's source view (translate may ask to wait, with an error). A topic that is not
+// a mirror topic on the destination refuses the move (notMirror ends the reason).
+func (d *Driver) transfer(ctx context.Context, group string, from, to *kadm.Client, fromName, toName, notMirror string,
+	translate func(kadm.OffsetResponse, *view.Partition) (int64, error)) error {
+	committed, err := from.FetchOffsets(ctx, group)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("the %s's commits of group %s: %w", fromName, group, err)
 	}
 	var names []string
 	for topic := range committed {
@@ -268,8 +245,7 @@ func (d *Driver) copyBack(ctx context.Context, m catalog.Move) error {
 		}
 		t, ok := d.cfg.Catalog.ByName(o.Topic)
 		if !ok || t.Mark == nil {
-			// Promoted (or never mirrored): the source is no longer where it is written.
-			stop = refuse("group %s has offsets of %s, which is not a mirror topic on the destination (promoted?): it stays on the destination", m.Group, o.Topic)
+			stop = refuse("group %s has offsets of %s, which is not a mirror topic on the destination%s", group, o.Topic, notMirror)
 			return
 		}
 		pv, err := d.cfg.View.Load(ctx, t, o.Partition)
@@ -277,22 +253,24 @@ func (d *Driver) copyBack(ctx context.Context, m catalog.Move) error {
 			stop = fmt.Errorf("the source view of %s[%d]: %w", o.Topic, o.Partition, err)
 			return
 		}
-		out.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: pv.ToSource(o.At), LeaderEpoch: -1, Metadata: o.Metadata})
+		at, err := translate(o, pv)
+		if err != nil {
+			stop = err
+			return
+		}
+		out.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: at, LeaderEpoch: -1, Metadata: o.Metadata})
 	})
-	if stop != nil {
+	if stop != nil || len(out) == 0 {
 		return stop
 	}
-	if len(out) > 0 {
-		resp, err := d.src.CommitOffsets(ctx, m.Group, out)
-		if err == nil {
-			err = resp.Error()
-		}
-		if err != nil {
-			return fmt.Errorf("committing group %s's offsets on the source: %w", m.Group, err)
-		}
+	resp, err := to.CommitOffsets(ctx, group, out)
+	if err == nil {
+		err = resp.Error()
 	}
-	d.evict(ctx, d.cfg.Dest, "destination", m.Group)
-	return d.advance(ctx, m, catalog.MoveReturned)
+	if err != nil {
+		return fmt.Errorf("committing group %s's offsets on the %s: %w", group, toName, err)
+	}
+	return nil
 }
 
 // evict removes the group's members from the cluster it leaves: they will never heartbeat

@@ -165,15 +165,8 @@ func (s *Session) moveGate(r *request) (bool, error) {
 	case *kmsg.OffsetCommitRequest:
 		switch st := s.moveState(req.Group); {
 		case held(st):
-			resp := &kmsg.OffsetCommitResponse{}
-			for _, t := range req.Topics {
-				rt := kmsg.OffsetCommitResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
-				for _, p := range t.Partitions {
-					rt.Partitions = append(rt.Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: p.Partition, ErrorCode: loading})
-				}
-				resp.Topics = append(resp.Topics, rt)
-			}
-			r.answerWith(resp)
+			r.req = req
+			offsetCommitRefuse(s, r, loading, "")
 		case onDest(st):
 			s.carry(r, req.Group, req, 0)
 		default:
@@ -190,15 +183,8 @@ func (s *Session) moveGate(r *request) (bool, error) {
 			s.cfg.Log.Warn("a transactional commit to a group moved to the destination is refused: the transaction is the source's",
 				zap.String("group", req.Group), zap.String("transactional_id", req.TransactionalID))
 		}
-		resp := &kmsg.TxnOffsetCommitResponse{}
-		for _, t := range req.Topics {
-			rt := kmsg.TxnOffsetCommitResponseTopic{Topic: t.Topic}
-			for _, p := range t.Partitions {
-				rt.Partitions = append(rt.Partitions, kmsg.TxnOffsetCommitResponseTopicPartition{Partition: p.Partition, ErrorCode: code})
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		r.answerWith(resp)
+		r.req = req
+		txnOffsetCommitRefuse(s, r, code, "")
 	case *kmsg.OffsetFetchRequest:
 		return s.moveOffsetFetch(r, req)
 	}
@@ -214,10 +200,7 @@ const maxGroupWait = 30 * time.Minute
 // answers the client with what came back. wait, when above zero, replaces WaitTimeout as the
 // bound on the round trip (a request the coordinator holds).
 func (s *Session) carry(r *request, group string, req kmsg.Request, wait time.Duration) {
-	if s.carrier == nil {
-		s.carrier = s.cfg.Moves.Carrier()
-	}
-	c, client := s.carrier, string(r.h.clientID)
+	c, client := s.movesCarrier(), string(r.h.clientID)
 	r.asyncWait = wait
 	r.async = func(ctx context.Context) func(*Session, *request) error {
 		resp, err := c.Carry(ctx, client, group, req)
@@ -230,6 +213,14 @@ func (s *Session) carry(r *request, group string, req kmsg.Request, wait time.Du
 			return nil
 		}
 	}
+}
+
+// movesCarrier is the session's carrier, made on first use and closed with the session.
+func (s *Session) movesCarrier() Carrier {
+	if s.carrier == nil {
+		s.carrier = s.cfg.Moves.Carrier()
+	}
+	return s.carrier
 }
 
 // emptyAssignment is a consumer assignment of no partitions, in the version of the one it
@@ -282,10 +273,11 @@ func (s *Session) moveOffsetFetch(r *request, req *kmsg.OffsetFetchRequest) (boo
 	}
 	// Each moved group is carried on its own (their coordinators may differ); the source's
 	// groups are forwarded once the carried answers are in.
-	if s.carrier == nil && len(moved) > 0 {
-		s.carrier = s.cfg.Moves.Carrier()
+	var c Carrier
+	if len(moved) > 0 {
+		c = s.movesCarrier()
 	}
-	c, client := s.carrier, string(r.h.clientID)
+	client := string(r.h.clientID)
 	version := r.h.version
 	r.async = func(ctx context.Context) func(*Session, *request) error {
 		answers := waiting

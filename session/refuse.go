@@ -1,8 +1,9 @@
 package session
 
 // Whole-request refusals: what a judged request is answered when its wait for the destination
-// failed or ran out of time (judge.go), so the client gets an error it can act on (retry)
-// rather than a closed connection. Nothing of such a request is forwarded.
+// failed or ran out of time (judge.go), or a moving group's commit while it waits (moves.go),
+// so the client gets an error it can act on (retry) rather than a closed connection. Nothing of
+// such a request is forwarded.
 
 import (
 	"strings"
@@ -88,4 +89,34 @@ func alterConfigsRefuse(_ *Session, r *request, code int16, msg string) {
 	var resp kmsg.AlterConfigsResponse
 	spliceAlter(&resp, rs)
 	r.answerWith(&resp)
+}
+
+func offsetCommitRefuse(_ *Session, r *request, code int16, _ string) {
+	resp := kmsg.NewPtrOffsetCommitResponse()
+	for _, t := range r.req.(*kmsg.OffsetCommitRequest).Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	r.answerWith(resp)
+}
+
+func txnOffsetCommitRefuse(_ *Session, r *request, code int16, _ string) {
+	resp := kmsg.NewPtrTxnOffsetCommitResponse()
+	for _, t := range r.req.(*kmsg.TxnOffsetCommitRequest).Topics {
+		rt := kmsg.NewTxnOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	r.answerWith(resp)
 }
