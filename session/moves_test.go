@@ -3,6 +3,8 @@ package session
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -333,6 +335,26 @@ func TestMoveGate(t *testing.T) {
 		defer c.mu.Unlock()
 		if len(c.got) != 1 || c.got[0].req.Key() != int16(kmsg.LeaveGroup) {
 			t.Fatalf("carried %d requests, want the LeaveGroup of the destination's member", len(c.got))
+		}
+	})
+
+	// A client that lies about its request's encoding is refused before anything is decided
+	// for the group: the connection closes and nothing reaches either cluster.
+	t.Run("undecodable", func(t *testing.T) {
+		s, fc, c := newSession(catalog.MoveMoved)
+		frame := reqFrame(heartbeat("g"), 1)
+		frame = frame[:len(frame)-3] // the member id's string runs past the body
+		binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+		if _, err := s.HandleClient(frame); !errors.Is(err, ErrUndecodable) {
+			t.Fatalf("a truncated heartbeat: %v, want ErrUndecodable", err)
+		}
+		if up := fc.forwarded(t); len(up) != 0 {
+			t.Fatalf("%d requests forwarded", len(up))
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.got) != 0 {
+			t.Fatalf("%d requests carried", len(c.got))
 		}
 	})
 }
