@@ -54,6 +54,9 @@ type Catalog struct {
 	moves    map[string]*Move
 	anyMoves atomic.Bool
 	live     atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
+	// switching counts the marks that change what source connections do with a topic's
+	// writes (sealed or removed): read on every Produce of a source connection.
+	switching atomic.Int64
 	// applied is the offset after the last marks record applied: Sync waits for it to reach
 	// the marks topic's end.
 	applied atomic.Int64
@@ -194,6 +197,41 @@ func (c *Catalog) apply(r *kgo.Record) {
 // caller holds the write lock.
 func (c *Catalog) count() {
 	c.live.Store(int64(len(c.marks)))
+	n := int64(0)
+	for _, m := range c.marks {
+		if m.Removed || m.Sealed {
+			n++
+		}
+	}
+	c.switching.Store(n)
+}
+
+// HasSwitching reports, without a lock, whether any topic is sealed for its promotion or
+// promoted: only then does a source connection read its Produce requests.
+func (c *Catalog) HasSwitching() bool { return c.switching.Load() > 0 }
+
+// Promotion says what a source connection does with writes to a topic: sealed (refused,
+// retriable, while its promotion waits for the mirror) or promoted (carried to the
+// destination). Both false: the source's topic.
+func (c *Catalog) Promotion(name string) (t Topic, sealed, promoted bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	id, ok := c.byName[name]
+	m := c.marks[id]
+	if !ok || m == nil {
+		// A source-only instance may not have learned the name: the mark names its topic.
+		// (The carrier checks the destination's id before it writes.)
+		for mid, mm := range c.marks {
+			if mm.Topic == name && (m == nil || !mm.Removed) {
+				id, m = mid, mm
+			}
+		}
+		if m == nil {
+			return Topic{Name: name}, false, false
+		}
+	}
+	t = Topic{Name: strings.Clone(name), ID: id, Mark: live(m)}
+	return t, m.Sealed && !m.Removed, m.Removed
 }
 
 // HasMirrors reports whether any mirror topic exists or ever existed (promoted topics keep

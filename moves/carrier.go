@@ -31,10 +31,16 @@ type Carrier struct {
 	conn   *wire.Conn
 	addr   string            // the address conn reaches
 	coords map[string]string // group -> its coordinator's address, as last found
+	// Carried writes of promoted topics (produce.go): the destination's partition leaders as
+	// last found, and a connection per destination broker written to.
+	leaders map[leaderKey]string
+	brokers map[string]*wire.Conn
 }
 
 // NewCarrier makes a carrier; cfg.Dest finds coordinators and cfg.Dial connects to them.
-func NewCarrier(cfg *Config) *Carrier { return &Carrier{cfg: cfg, coords: map[string]string{}} }
+func NewCarrier(cfg *Config) *Carrier {
+	return &Carrier{cfg: cfg, coords: map[string]string{}, leaders: map[leaderKey]string{}, brokers: map[string]*wire.Conn{}}
+}
 
 // errClosed is a Carry on a carrier whose client connection ended.
 var errClosed = errors.New("the client connection ended")
@@ -47,6 +53,10 @@ func (c *Carrier) Close() {
 	if c.conn != nil {
 		c.conn.Close()
 		c.conn = nil
+	}
+	for addr, conn := range c.brokers {
+		conn.Close()
+		delete(c.brokers, addr)
 	}
 }
 

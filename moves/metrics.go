@@ -10,6 +10,8 @@ import (
 type Metrics struct {
 	carried     prometheus.Counter
 	carryErrors prometheus.Counter
+	// Partitions of promoted topics written by source connections' producers (produce.go).
+	carriedWrites prometheus.Counter
 }
 
 // states are every move state, one gauge each.
@@ -25,7 +27,9 @@ func RegisterMetrics(reg prometheus.Registerer, c *catalog.Catalog) *Metrics {
 		carryErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_group_move_carry_errors_total",
 			Help: "Carried requests that failed (the client connection was closed so the client retries)."}),
 	}
-	reg.MustRegister(m.carried, m.carryErrors)
+	m.carriedWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_promoted_carried_partitions_total",
+		Help: "Partitions of Produce requests for promoted topics that source connections carried to the destination."})
+	reg.MustRegister(m.carried, m.carryErrors, m.carriedWrites)
 	for _, st := range states {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "offsetgate_group_moves",
 			Help: "Consumer groups by live-move state.", ConstLabels: prometheus.Labels{"state": string(st)}},
@@ -50,4 +54,11 @@ func (m *Metrics) carry(err error) {
 	if err != nil {
 		m.carryErrors.Inc()
 	}
+}
+
+func (m *Metrics) carryProduce(partitions int) {
+	if m == nil {
+		return
+	}
+	m.carriedWrites.Add(float64(partitions))
 }

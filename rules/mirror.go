@@ -33,7 +33,15 @@ type Mark struct {
 	MarkedBy string            `json:"marked_by,omitempty"`
 	// Removed is set by promotion: the topic stops being a mirror topic for good.
 	Removed bool `json:"removed,omitempty"`
+	// Sealed is set by the first step of a promotion (`offsetgate promote`): source
+	// connections refuse writes to the topic (retriable) so that the source's end stops moving
+	// and the mirror can reach it; the mirror itself still writes.
+	Sealed bool `json:"sealed,omitempty"`
 }
+
+// MarkSealed is the mark key's value that seals a mirror topic for its promotion (Mark.Sealed);
+// "true" unseals it, and DELETE promotes it.
+const MarkSealed = "sealed"
 
 // MarkVersion is the format version written in new marks.
 const MarkVersion = 1

@@ -84,6 +84,10 @@ type refusal struct {
 	code      int16
 	msg       string
 	base      int64
+	// carried: written to the destination for a source connection (00_produce_source.go);
+	// its log append time and log start are the destination's answer's.
+	carried              bool
+	appendTime, logStart int64
 }
 
 // atOffsetPart is one admitted produce-at-offset partition.
@@ -391,6 +395,9 @@ func spliceProduce(resp *kmsg.ProduceResponse, refused []refusal, version int16)
 		p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
 		if rf.code == 0 {
 			p.BaseOffset = rf.base
+		}
+		if rf.carried {
+			p.LogAppendTime, p.LogStartOffset = rf.appendTime, rf.logStart
 		}
 		if version >= 8 && rf.msg != "" {
 			msg := rf.msg

@@ -7,6 +7,9 @@ package session
 //   - removing it (DELETE, or setting it to false) promotes a mirror topic: only an approved
 //     mirroring client for the topic may, and the removal is stored before anything else
 //     happens; the topic then takes ordinary writes;
+//   - setting it to "sealed" seals a mirror topic for its promotion (source connections refuse
+//     its writes, retriably, so that the source's end stops moving while the mirror reaches
+//     it), and "true" unseals it: the same approved clients only;
 //   - on a mirror topic, changes that would break exactness (rules.Guarded: codec, timestamp
 //     type and window, retention shorter than the source's, cleanup policy, max message size,
 //     segment size, unclean elections), and removing any of them (the broker's default would
@@ -22,6 +25,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"offsetgate/catalog"
 	"offsetgate/rules"
@@ -62,17 +66,27 @@ type configRefusal struct {
 	msg  string
 }
 
+// markChange is what a change of the mark key does to a mirror topic.
+type markChange int
+
+const (
+	markNone    markChange = iota
+	markPromote            // DELETE, or any value but "true" and "sealed": the topic is promoted
+	markSeal               // "sealed": source connections stop writing it (promote's first step)
+	markUnseal             // "true" on a sealed mirror topic: a promotion given up
+)
+
 // judgeConfig decides one resource's change. settings maps each key to its new value (nil:
-// deleted or reset). It returns a refusal, or whether the change promotes the topic.
-func (s *Session) judgeConfig(name string, settings map[string]*string, full bool) (*configRefusal, bool) {
-	refuse := func(code int16, format string, a ...any) (*configRefusal, bool) {
-		return &configRefusal{kmsg.ConfigResourceTypeTopic, name, code, "offsetgate: " + fmt.Sprintf(format, a...)}, false
+// deleted or reset). It returns a refusal, or what the change does to the topic's mark.
+func (s *Session) judgeConfig(name string, settings map[string]*string, full bool) (*configRefusal, markChange) {
+	refuse := func(code int16, format string, a ...any) (*configRefusal, markChange) {
+		return &configRefusal{kmsg.ConfigResourceTypeTopic, name, code, "offsetgate: " + fmt.Sprintf(format, a...)}, markNone
 	}
 	if rules.IsOwnTopic(name) {
 		return refuse(rules.ErrTopicAuthorization, "%s is offsetgate's own topic", name)
 	}
 	t := s.mark(name)
-	promote := false
+	change := markNone
 	for k, v := range settings {
 		if !strings.HasPrefix(k, rules.KeyPrefix) {
 			continue
@@ -84,6 +98,12 @@ func (s *Session) judgeConfig(name string, settings map[string]*string, full boo
 			if t == nil {
 				return refuse(rules.ErrInvalidConfig, "%s cannot be added to an existing topic, not even an empty one: a topic becomes a mirror topic only at creation", rules.MarkKey)
 			}
+			if t.Mark.Sealed {
+				if _, ok := s.cfg.Policy().Approved(s.ident, name); !ok {
+					return refuse(rules.ErrTopicAuthorization, "only an approved mirroring client of %s may unseal it (this connection is %s)", name, s.ident)
+				}
+				change = markUnseal
+			}
 		default:
 			if t == nil {
 				return refuse(rules.ErrInvalidConfig, "%s is not a mirror topic", name)
@@ -91,11 +111,14 @@ func (s *Session) judgeConfig(name string, settings map[string]*string, full boo
 			if _, ok := s.cfg.Policy().Approved(s.ident, name); !ok {
 				return refuse(rules.ErrTopicAuthorization, "only an approved mirroring client of %s may promote it (this connection is %s)", name, s.ident)
 			}
-			promote = true
+			change = markPromote
+			if v != nil && *v == rules.MarkSealed {
+				change = markSeal
+			}
 		}
 	}
-	if t == nil || promote {
-		return nil, promote
+	if t == nil || change == markPromote {
+		return nil, change
 	}
 	for k, v := range settings {
 		if strings.HasPrefix(k, rules.KeyPrefix) {
@@ -114,13 +137,13 @@ func (s *Session) judgeConfig(name string, settings map[string]*string, full boo
 			}
 		}
 	}
-	return nil, false
+	return nil, change
 }
 
 func incrementalAlterConfigsDecide(s *Session, r *request) error {
 	req := *r.req.(*kmsg.IncrementalAlterConfigsRequest)
 	var refused []configRefusal
-	var promote []string
+	var promote []markEdit
 	touched := false
 	keep := req.Resources[:0]
 	for _, res := range req.Resources {
@@ -146,8 +169,8 @@ func incrementalAlterConfigsDecide(s *Session, r *request) error {
 			touched = true
 			continue
 		}
-		if pr {
-			promote = append(promote, res.ResourceName)
+		if pr != markNone {
+			promote = append(promote, markEdit{res.ResourceName, pr})
 		}
 		cfgs := res.Configs[:0]
 		for _, c := range res.Configs {
@@ -158,8 +181,8 @@ func incrementalAlterConfigsDecide(s *Session, r *request) error {
 			cfgs = append(cfgs, c)
 		}
 		res.Configs = cfgs
-		if len(cfgs) == 0 && pr {
-			continue // the promotion was the whole change
+		if len(cfgs) == 0 && pr != markNone {
+			continue // the mark's change was the whole change
 		}
 		keep = append(keep, res)
 	}
@@ -186,36 +209,62 @@ func incrementalAlterConfigsDecide(s *Session, r *request) error {
 	return nil
 }
 
-// promote stores the removal of the marks first (asynchronously), then finishes the request.
-// Promoted topics that had nothing else to change get a success entry.
-func (s *Session) promote(r *request, names []string, finish func(*Session, *request, []configRefusal)) {
+// markEdit is a change of one topic's mark.
+type markEdit struct {
+	name   string
+	change markChange
+}
+
+// promote stores the marks' changes first (asynchronously), then finishes the request. Topics
+// that had nothing else to change get a success entry.
+func (s *Session) promote(r *request, edits []markEdit, finish func(*Session, *request, []configRefusal)) {
 	cat := s.cfg.Catalog
 	who := s.ident.String()
 	type done struct {
-		name string
-		err  error
+		name   string
+		change markChange
+		err    error
 	}
-	var ts []catalog.Topic
-	for _, n := range names {
-		if t := s.mark(n); t != nil {
-			ts = append(ts, *t)
+	type edit struct {
+		t      catalog.Topic
+		change markChange
+	}
+	var es []edit
+	for _, e := range edits {
+		if t := s.mark(e.name); t != nil {
+			es = append(es, edit{*t, e.change})
 		}
 	}
 	r.async = func(ctx context.Context) func(*Session, *request) error {
 		var results []done
-		for _, t := range ts {
-			m := *t.Mark
-			m.Removed, m.MarkedAt, m.MarkedBy = true, time.Now().UTC(), who
-			results = append(results, done{t.Name, cat.Store(ctx, t.ID, m)})
+		for _, e := range es {
+			m := *e.t.Mark
+			switch e.change {
+			case markPromote:
+				m.Removed, m.Sealed = true, false
+			case markSeal:
+				m.Sealed = true
+			case markUnseal:
+				m.Sealed = false
+			}
+			m.MarkedAt, m.MarkedBy = time.Now().UTC(), who
+			results = append(results, done{e.t.Name, e.change, cat.Store(ctx, e.t.ID, m)})
 		}
 		return func(s *Session, r *request) error {
 			var out []configRefusal
 			for _, d := range results {
 				if d.err != nil {
-					out = append(out, configRefusal{kmsg.ConfigResourceTypeTopic, d.name, -1, "offsetgate: storing the promotion failed: " + d.err.Error()})
+					out = append(out, configRefusal{kmsg.ConfigResourceTypeTopic, d.name, -1, "offsetgate: storing the mark's change failed: " + d.err.Error()})
 					continue
 				}
-				s.log.Info("mirror topic promoted: it takes ordinary writes from now on")
+				switch d.change {
+				case markPromote:
+					s.log.Info("mirror topic promoted: it takes ordinary writes from now on", zap.String("topic", d.name))
+				case markSeal:
+					s.log.Info("mirror topic sealed for its promotion: source connections refuse its writes", zap.String("topic", d.name))
+				case markUnseal:
+					s.log.Info("mirror topic unsealed: its promotion was given up", zap.String("topic", d.name))
+				}
 				out = append(out, configRefusal{kmsg.ConfigResourceTypeTopic, d.name, 0, ""})
 			}
 			finish(s, r, out)

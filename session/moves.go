@@ -38,6 +38,7 @@ import (
 	"go.uber.org/zap"
 
 	"offsetgate/catalog"
+	"offsetgate/moves"
 )
 
 // Moves is the groups' live moves as a source connection sees them.
@@ -48,6 +49,11 @@ type Moves interface {
 	// Carrier makes what carries one client connection's requests of moved groups to the
 	// destination. It does no I/O; the session closes it when the connection ends.
 	Carrier() Carrier
+	// HasSwitching reports, without a lock, whether any mirror topic is sealed for its
+	// promotion or promoted (00_produce_source.go).
+	HasSwitching() bool
+	// Promotion says whether a topic (by name) is sealed or promoted.
+	Promotion(name string) (t catalog.Topic, sealed, promoted bool)
 }
 
 // Carrier carries a moved group's requests to the group's coordinator on the destination, on
@@ -60,7 +66,12 @@ type Carrier interface {
 	// blocks.
 	// clientID is the client's, for the destination's member ids and logs.
 	Carry(ctx context.Context, clientID, group string, req kmsg.Request) (kmsg.Response, error)
-	// Close ends the carrier's connection; a Carry in progress fails.
+	// CarryProduce writes partitions of promoted topics to the destination and answers each in
+	// source offsets (moves.Carrier.CarryProduce). It blocks.
+	CarryProduce(ctx context.Context, clientID string, version, acks int16, timeoutMs int32, parts []moves.ProducePart) []moves.ProduceResult
+	// SourceNames asks the source for the names of topic ids. It blocks.
+	SourceNames(ctx context.Context, ids [][16]byte) (map[[16]byte]string, error)
+	// Close ends the carrier's connections; a Carry in progress fails.
 	Close()
 }
 

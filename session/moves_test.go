@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,12 +14,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
+	"offsetgate/moves"
 )
 
 // movesOf is a Moves with fixed states and a carrier that records what it carries.
 type movesOf struct {
 	states  map[string]catalog.MoveState
 	carrier *recordingCarrier
+	// Topics sealed for their promotion, and promoted ones.
+	sealed, promoted map[string]bool
+}
+
+func (m *movesOf) HasSwitching() bool { return len(m.sealed)+len(m.promoted) > 0 }
+func (m *movesOf) Promotion(name string) (catalog.Topic, bool, bool) {
+	return catalog.Topic{Name: name}, m.sealed[name], m.promoted[name]
 }
 
 func (m *movesOf) HasMoves() bool { return len(m.states) > 0 }
@@ -38,6 +47,33 @@ type recordingCarrier struct {
 	got    []carried
 	answer func(kmsg.Request) kmsg.Response
 	closed bool
+	// writes are the carried partitions of promoted topics; each is answered at base
+	// offset 1000 + its index.
+	writes []moves.ProducePart
+	names  map[[16]byte]string
+}
+
+func (c *recordingCarrier) CarryProduce(_ context.Context, _ string, _, _ int16, _ int32, parts []moves.ProducePart) []moves.ProduceResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []moves.ProduceResult
+	for _, p := range parts {
+		out = append(out, moves.ProduceResult{BaseOffset: int64(1000 + len(c.writes)), LogAppendTime: -1, LogStartOffset: 7})
+		c.writes = append(c.writes, p)
+	}
+	return out
+}
+
+func (c *recordingCarrier) SourceNames(_ context.Context, ids [][16]byte) (map[[16]byte]string, error) {
+	out := map[[16]byte]string{}
+	for _, id := range ids {
+		n, ok := c.names[id]
+		if !ok {
+			return nil, fmt.Errorf("unknown topic id %x", id)
+		}
+		out[id] = n
+	}
+	return out, nil
 }
 
 func (c *recordingCarrier) Carry(_ context.Context, client, group string, req kmsg.Request) (kmsg.Response, error) {

@@ -115,6 +115,11 @@ const (
 // fromSource prepares a request on a source connection: node ids it names are lowered (the
 // frame is rebuilt), and its answer's node ids and addresses are translated.
 func (s *Session) fromSource(r *request) error {
+	if kmsg.Key(r.h.key) == kmsg.Produce && s.cfg.Moves != nil && s.cfg.Moves.HasSwitching() {
+		if decided, err := s.sourceProduce(r); decided || err != nil {
+			return err
+		}
+	}
 	if s.cfg.Moves != nil && s.cfg.Moves.HasMoves() {
 		if decided, err := s.moveGate(r); decided || err != nil {
 			return err

@@ -791,3 +791,48 @@ func (p *Partition) readBack(ctx context.Context, pgs ...*page) error {
 	}
 	return nil
 }
+
+// ProducerMatch is what the newest mirrored batches say of a source producer's batch.
+type ProducerMatch struct {
+	// Seen: a batch of the producer (id and epoch) is among the batches looked at; LastSeq is
+	// the last sequence of the newest one.
+	Seen    bool
+	LastSeq int32
+	// Found: the batch with this base sequence is mirrored; Src is its source base offset.
+	Found bool
+	Src   int64
+}
+
+// SourceProducer looks for a source producer's batch (id, epoch, base sequence) among the
+// newest n batches of the index whose pages are in memory: a write that reaches the source
+// and is then retried elsewhere (a producer switched to the destination at a promotion) must
+// be answered as the duplicate it is. It never waits.
+func (p *Partition) SourceProducer(pid int64, epoch int16, seq int32, n int) ProducerMatch {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var m ProducerMatch
+	for i := len(p.book) - 1; i >= 0 && n > 0; i-- {
+		es := p.book[i].entries
+		if es == nil {
+			break
+		}
+		for j := len(es) - 1; j >= 0 && n > 0; j-- {
+			e := &es[j]
+			if e.Filler || e.Control {
+				continue
+			}
+			n--
+			if e.SrcPID != pid || e.SrcPEpoch != epoch {
+				continue
+			}
+			if !m.Seen {
+				m.Seen, m.LastSeq = true, e.SrcSeq+int32(e.Last-e.Src)
+			}
+			if e.SrcSeq == seq {
+				m.Found, m.Src = true, e.Src
+				return m
+			}
+		}
+	}
+	return m
+}

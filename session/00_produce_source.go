@@ -1,0 +1,146 @@
+package session
+
+// Produce (key 0) on a source connection, once a mirror topic is sealed for its promotion or
+// promoted (docs/DESIGN.md, "Producers at promotion"). Until then a source connection's
+// Produce is not even decoded.
+//
+//   - A sealed topic's partitions are refused NOT_LEADER_OR_FOLLOWER, which producers retry:
+//     nothing more is written to the source, so the mirror can reach the source's end and the
+//     promotion go on.
+//   - A promoted topic's partitions are carried to the destination (Carrier.CarryProduce), in
+//     source offsets, so its producers go on without a restart.
+//   - Every other partition goes to the source as before, and the answers are put together in
+//     the order the client expects.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/moves"
+)
+
+// sourceProduce takes a Produce on a source connection over when it names a sealed or
+// promoted topic (or names topics by id, which only the source can say). decided is false
+// when the request goes to the source untouched.
+func (s *Session) sourceProduce(r *request) (decided bool, err error) {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(r.h.version)
+	if err := req.ReadFrom(r.body); err != nil {
+		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
+	}
+	mv := s.cfg.Moves
+	if r.h.version < 13 {
+		switching := false
+		for _, t := range req.Topics {
+			if _, sealed, promoted := mv.Promotion(t.Topic); sealed || promoted {
+				switching = true
+			}
+		}
+		if !switching {
+			return false, nil
+		}
+	}
+	c, client := s.movesCarrier(), string(r.h.clientID)
+	r.async = func(ctx context.Context) func(*Session, *request) error {
+		var names map[[16]byte]string
+		if req.Version >= 13 {
+			var ids [][16]byte
+			for _, t := range req.Topics {
+				ids = append(ids, t.TopicID)
+			}
+			var err error
+			if names, err = c.SourceNames(ctx, ids); err != nil {
+				return func(*Session, *request) error {
+					// Fail closed: a partition of a promoted topic must not reach the source.
+					return fmt.Errorf("Produce v%d on a source connection: the source's names of its topic ids: %w", req.Version, err)
+				}
+			}
+		}
+		var answered []refusal
+		var parts []moves.ProducePart
+		var carried []refusal // topic, id and partition of each part, in order
+		for _, t := range req.Topics {
+			name := t.Topic
+			if req.Version >= 13 {
+				name = names[t.TopicID]
+			}
+			_, sealed, promoted := mv.Promotion(name)
+			for _, p := range t.Partitions {
+				at := refusal{topic: strings.Clone(t.Topic), topicID: t.TopicID, partition: p.Partition}
+				switch {
+				case sealed:
+					at.code = kerr.NotLeaderForPartition.Code
+					at.msg = fmt.Sprintf("offsetgate: %s is being promoted: its writes move to the destination in a moment (retry); nothing was written", name)
+					answered = append(answered, at)
+				case promoted:
+					parts = append(parts, moves.ProducePart{Topic: name, Partition: p.Partition, Records: p.Records})
+					carried = append(carried, at)
+				}
+			}
+		}
+		if len(parts) > 0 {
+			for i, res := range c.CarryProduce(ctx, client, req.Version, req.Acks, req.TimeoutMillis, parts) {
+				at := carried[i]
+				at.code, at.msg, at.base = res.Code, res.Msg, res.BaseOffset
+				at.carried, at.appendTime, at.logStart = true, res.LogAppendTime, res.LogStartOffset
+				answered = append(answered, at)
+			}
+		}
+		return func(s *Session, r *request) error {
+			s.finishSourceProduce(r, req, answered)
+			return nil
+		}
+	}
+	return true, nil
+}
+
+// finishSourceProduce answers the partitions decided here and sends the rest to the source,
+// the decided ones put into its answer.
+func (s *Session) finishSourceProduce(r *request, req *kmsg.ProduceRequest, answered []refusal) {
+	if len(answered) == 0 {
+		r.onResp = sourceAnswer(kmsg.Produce)
+		return
+	}
+	total := 0
+	for _, t := range req.Topics {
+		total += len(t.Partitions)
+	}
+	if total == len(answered) {
+		if req.Acks == 0 {
+			r.drop = true
+			return
+		}
+		resp := kmsg.ProduceResponse{Version: r.h.version}
+		spliceProduce(&resp, answered, r.h.version)
+		r.answer = responseFrame(r.h.corr, flexibleRequest(int16(kmsg.Produce), r.h.version), resp.AppendTo(nil))
+		return
+	}
+	rest := *req
+	rest.Topics = nil
+	for _, t := range req.Topics {
+		var parts []kmsg.ProduceRequestTopicPartition
+		for _, p := range t.Partitions {
+			if !isRefused(answered, t.Topic, t.TopicID, p.Partition) {
+				parts = append(parts, p)
+			}
+		}
+		if len(parts) > 0 {
+			t.Partitions = parts
+			rest.Topics = append(rest.Topics, t)
+		}
+	}
+	r.replace = rebuild(r.frame, r.h, rest.AppendTo(nil), s.cfg.Policy().Native())
+	r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
+		resp := kmsg.ProduceResponse{Version: version}
+		if err := resp.ReadFrom(body); err != nil {
+			return nil, false, err
+		}
+		s.raiseAnswer(&resp)
+		spliceProduce(&resp, answered, version)
+		return resp.AppendTo(nil), true, nil
+	}
+}
