@@ -35,11 +35,13 @@ type Carrier struct {
 	// last found, and a connection per destination broker written to.
 	leaders map[leaderKey]string
 	brokers map[string]*wire.Conn
+	names   map[[16]byte]string // source topic ids' names
 }
 
 // NewCarrier makes a carrier; cfg.Dest finds coordinators and cfg.Dial connects to them.
 func NewCarrier(cfg *Config) *Carrier {
-	return &Carrier{cfg: cfg, coords: map[string]string{}, leaders: map[leaderKey]string{}, brokers: map[string]*wire.Conn{}}
+	return &Carrier{cfg: cfg, coords: map[string]string{}, leaders: map[leaderKey]string{}, brokers: map[string]*wire.Conn{},
+		names: map[[16]byte]string{}}
 }
 
 // errClosed is a Carry on a carrier whose client connection ended.

@@ -331,16 +331,34 @@ func (c *Carrier) dropBroker(addr string, conn *wire.Conn) {
 }
 
 // SourceNames asks the source for the names of topic ids (a Produce v13 names its topics by
-// the source's ids).
+// the source's ids). An id's name never changes, so the answers are kept for the connection.
 func (c *Carrier) SourceNames(ctx context.Context, ids [][16]byte) (map[[16]byte]string, error) {
-	byID, _, err := c.sourceTopics(ctx, ids, nil)
+	out := map[[16]byte]string{}
+	var ask [][16]byte
+	c.mu.Lock()
+	for _, id := range ids {
+		if n, ok := c.names[id]; ok {
+			out[id] = n
+		} else {
+			ask = append(ask, id)
+		}
+	}
+	c.mu.Unlock()
+	if len(ask) == 0 {
+		return out, nil
+	}
+	byID, _, err := c.sourceTopics(ctx, ask, nil)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		if _, ok := byID[id]; !ok {
-			return byID, errors.New("the source does not know a topic id of the request")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ask {
+		n, ok := byID[id]
+		if !ok {
+			return nil, errors.New("the source does not know a topic id of the request")
 		}
+		c.names[id], out[id] = n, n
 	}
-	return byID, nil
+	return out, nil
 }

@@ -29,11 +29,12 @@ import (
 func (s *Session) sourceProduce(r *request) (decided bool, err error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(r.h.version)
-	if err := req.ReadFrom(r.body); err != nil {
+	if err := req.UnsafeReadFrom(r.body); err != nil {
 		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
 	mv := s.cfg.Moves
 	if r.h.version < 13 {
+		// Names are read in place; most requests name no sealed or promoted topic.
 		switching := false
 		for _, t := range req.Topics {
 			if _, sealed, promoted := mv.Promotion(t.Topic); sealed || promoted {
@@ -43,6 +44,13 @@ func (s *Session) sourceProduce(r *request) (decided bool, err error) {
 		if !switching {
 			return false, nil
 		}
+	}
+	// The asynchronous step outlives the frame's buffer, and kmsg's records alias what they
+	// are read from: a copy of its own.
+	req = kmsg.NewPtrProduceRequest()
+	req.SetVersion(r.h.version)
+	if err := req.ReadFrom(append([]byte(nil), r.body...)); err != nil {
+		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
 	c, client := s.movesCarrier(), string(r.h.clientID)
 	r.async = func(ctx context.Context) func(*Session, *request) error {

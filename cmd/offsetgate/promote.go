@@ -6,13 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"offsetgate/mirror"
-	"offsetgate/rules"
 )
 
 // runPromote removes a mirror topic's mark through offsetgate (IncrementalAlterConfigs DELETE
@@ -24,12 +22,16 @@ func runPromote(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	cf := newClientFlags(fs, true)
 	topic := fs.String("topic", "", "the mirror topic to promote (required)")
 	allowLag := fs.Bool("allow-lag", false, "promote even when --source shows records the mirror does not have yet (they will never be mirrored)")
+	wait := fs.Duration("wait", 0, "with --source: how long the sealed topic may take to be mirrored to the source's end (keep the mirror running; 0: one check)")
+	settle := fs.Duration("settle", time.Second, "how long offsetgate instances take to see the seal and the promotion")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: offsetgate promote --proxy HOST:PORT --topic T [--source HOST:PORT [--allow-lag]] [identity flags]")
+		fmt.Fprintln(stderr, "Usage: offsetgate promote --proxy HOST:PORT --topic T [--source HOST:PORT [--wait D] [--allow-lag]] [identity flags]")
 		fmt.Fprintln(stderr, "Removes the mirror mark of T through offsetgate, as an approved mirroring client: T then takes ordinary")
 		fmt.Fprintln(stderr, "writes through offsetgate, its consumers carry on at the next offset, and it can never be a mirror topic")
-		fmt.Fprintln(stderr, "again. Stop the mirror of T first. With --source, it refuses while the source holds records the mirror")
-		fmt.Fprintln(stderr, "does not (unless --allow-lag). Exit codes: 0 promoted, 1 refused, 2 bad usage or input.")
+		fmt.Fprintln(stderr, "again. With --source it first seals T (offsetgate's source listeners refuse its writes, retriably),")
+		fmt.Fprintln(stderr, "waits up to --wait for the mirror to hold the source's end, then promotes; producers on source listeners")
+		fmt.Fprintln(stderr, "are then switched to the destination. Behind at the end of the wait, T is unsealed and nothing changes.")
+		fmt.Fprintln(stderr, "Exit codes: 0 promoted, 1 refused, 2 bad usage or input, 3 promoted but the source took records after it.")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args); done {
@@ -66,54 +68,16 @@ func runPromote(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := mirrorTopic(ctx, nil, px, *topic); err != nil {
 		return fail(2, err)
 	}
-	if src != nil && !*allowLag {
-		behind, err := notMirrored(ctx, src, px, *topic)
-		if err != nil {
-			return fail(2, err)
-		}
-		if behind > 0 {
-			return fail(1, fmt.Errorf("the source holds %d records of %s that are not mirrored yet: let the mirror catch up (offsetgate status), or give --allow-lag to promote without them", behind, *topic))
-		}
+	res, err := mirror.Promote(ctx, px, *topic, mirror.PromoteOptions{Source: src, AllowLag: *allowLag, Wait: *wait, Settle: *settle,
+		Progress: func(msg string) { fmt.Fprintln(stderr, "offsetgate promote:", msg) }})
+	if err != nil {
+		// Refused: another identity, or the mirror behind the source (mirror.ErrBehind).
+		return fail(1, err)
 	}
-	res, err := kadm.NewClient(px).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: rules.MarkKey}}, *topic)
-	if err == nil && len(res) == 1 && res[0].Err != nil {
-		err = res[0].Err
-		if res[0].ErrMessage != "" {
-			err = fmt.Errorf("%w: %s", err, res[0].ErrMessage)
-		}
+	if res.Late > 0 {
+		fmt.Fprintf(stderr, "offsetgate promote: %s promoted, but the source took %d more records after it (a producer writing to the source directly, or through an offsetgate instance that had not seen the seal): they are on the source only\n", *topic, res.Late)
+		return 3
 	}
-	switch {
-	case errors.Is(err, kerr.TopicAuthorizationFailed):
-		return fail(1, fmt.Errorf("%w; promote as an approved mirroring client of %s (its client certificate or SASL user: the mirror's identity)", err, *topic))
-	case err != nil:
-		return fail(1, fmt.Errorf("removing the mark of %s: %w", *topic, err))
-	}
-	fmt.Fprintf(stdout, "%s promoted: it takes ordinary writes through offsetgate from now on; point its producers at offsetgate\n", *topic)
+	fmt.Fprintf(stdout, "%s promoted: it takes ordinary writes through offsetgate from now on; producers on source listeners are switched to the destination\n", *topic)
 	return 0
-}
-
-// notMirrored is how many records the source holds beyond the mirrored end, over all
-// partitions.
-func notMirrored(ctx context.Context, src, px *kgo.Client, topic string) (int64, error) {
-	se, err := kadm.NewClient(src).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = se.Error()
-	}
-	if err != nil {
-		return 0, fmt.Errorf("source end offsets of %s: %w", topic, err)
-	}
-	pe, err := kadm.NewClient(px).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = pe.Error()
-	}
-	if err != nil {
-		return 0, fmt.Errorf("mirrored ends of %s through offsetgate: %w", topic, err)
-	}
-	var behind int64
-	se.Each(func(o kadm.ListedOffset) {
-		if m, ok := pe.Lookup(topic, o.Partition); ok && o.Offset > m.Offset {
-			behind += o.Offset - m.Offset
-		}
-	})
-	return behind, nil
 }

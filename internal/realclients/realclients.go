@@ -66,6 +66,11 @@ func testenv(parts ...string) (string, error) {
 // JavaProduce produces count records keyed PREFIX-kI with values PREFIX-vI with the Java
 // client (acks=all); a non-empty txnID makes it one committed transaction.
 func JavaProduce(ctx context.Context, bootstrap, topic string, count int, prefix, txnID string) error {
+	return JavaProducePaced(ctx, bootstrap, topic, count, prefix, txnID, 0)
+}
+
+// JavaProducePaced is JavaProduce with a pause of pauseMs between two sends: a steady producer.
+func JavaProducePaced(ctx context.Context, bootstrap, topic string, count int, prefix, txnID string, pauseMs int) error {
 	libs, err := testkafka.LibsDir()
 	if err != nil {
 		return err
@@ -74,7 +79,7 @@ func JavaProduce(ctx context.Context, bootstrap, topic string, count int, prefix
 	if err != nil {
 		return err
 	}
-	args := []string{"-Xmx256m", "-cp", filepath.Join(libs, "*"), src, "produce", bootstrap, topic, strconv.Itoa(count), prefix}
+	args := []string{"-Xmx256m", "-Dpause.ms=" + strconv.Itoa(pauseMs), "-cp", filepath.Join(libs, "*"), src, "produce", bootstrap, topic, strconv.Itoa(count), prefix}
 	if txnID != "" {
 		args = append(args, txnID)
 	}

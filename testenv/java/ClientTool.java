@@ -1,7 +1,7 @@
 // A small command-line driver of the Apache Kafka Java client, used by offsetgate's end-to-end
 // tests (run as a single-file program: java -cp 'libs/*' ClientTool.java MODE ...).
 //
-//   produce  BOOTSTRAP TOPIC COUNT PREFIX [transactional-id]
+//   produce  BOOTSTRAP TOPIC COUNT PREFIX [transactional-id]   (-Dpause.ms: between two sends)
 //   consume  BOOTSTRAP TOPIC COUNT TIMEOUT_MS [group]
 //
 // consume prints one line per record: partition offset leaderEpoch key value
@@ -41,8 +41,11 @@ public class ClientTool {
         try (KafkaProducer<String, String> pr = new KafkaProducer<>(p)) {
             if (txnId != null) { pr.initTransactions(); pr.beginTransaction(); }
             List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
+            // -Dpause.ms makes a steady producer (tests change things under it).
+            long pause = Long.getLong("pause.ms", 0L);
             for (int i = 0; i < count; i++) {
                 fs.add(pr.send(new ProducerRecord<>(topic, prefix + "-k" + i, prefix + "-v" + i)));
+                if (pause > 0) Thread.sleep(pause);
             }
             if (txnId != null) pr.commitTransaction();
             for (var f : fs) f.get();
