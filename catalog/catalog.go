@@ -57,6 +57,7 @@ type Catalog struct {
 	// switching counts the marks that change what source connections do with a topic's
 	// writes (sealed or removed): read on every Produce of a source connection.
 	switching atomic.Int64
+	promoted  atomic.Int64 // marks removed: topics promoted
 	// applied is the offset after the last marks record applied: Sync waits for it to reach
 	// the marks topic's end.
 	applied atomic.Int64
@@ -197,14 +198,21 @@ func (c *Catalog) apply(r *kgo.Record) {
 // caller holds the write lock.
 func (c *Catalog) count() {
 	c.live.Store(int64(len(c.marks)))
-	n := int64(0)
+	n, removed := int64(0), int64(0)
 	for _, m := range c.marks {
 		if m.Removed || m.Sealed {
 			n++
 		}
+		if m.Removed {
+			removed++
+		}
 	}
 	c.switching.Store(n)
+	c.promoted.Store(removed)
 }
+
+// Promotions counts the topics promoted (it only grows). It takes no lock.
+func (c *Catalog) Promotions() int64 { return c.promoted.Load() }
 
 // HasSwitching reports, without a lock, whether any topic is sealed for its promotion or
 // promoted: only then does a source connection read its Produce requests.

@@ -305,8 +305,15 @@ func (c *Carrier) commitsToDest(ctx context.Context, req kmsg.Request) (heldComm
 			if err != nil {
 				return held, err
 			}
+			_, _, promoted := c.cfg.Catalog.Promotion(t.Topic)
 			if pv != nil && p.Offset >= 0 {
-				if err := c.reached(ctx, t.Topic, p.Partition, &pv, p.Offset); err != nil {
+				// A promoted topic's records past the mirrored end are the destination's own:
+				// there is no mirror to wait for.
+				var err error
+				if !promoted {
+					err = c.reached(ctx, t.Topic, p.Partition, &pv, p.Offset)
+				}
+				if err != nil {
 					c.cfg.Log.Warn("a moved group's commit is answered REQUEST_TIMED_OUT (the client retries)",
 						zap.String("topic", t.Topic), zap.Int32("partition", p.Partition), zap.Int64("offset", p.Offset), zap.Error(err))
 					held.parts = append(held.parts, heldPart{t.Topic, t.TopicID, p.Partition, kerr.RequestTimedOut.Code})

@@ -211,17 +211,48 @@ func carriedBatch(lookup func(pid int64, epoch int16, seq int32, n int) view.Pro
 
 // produceTo sends one request to a destination broker on the carrier's connection to it.
 func (c *Carrier) produceTo(ctx context.Context, clientID, addr string, req *kmsg.ProduceRequest) (*kmsg.ProduceResponse, error) {
+	resp, err := c.SendTo(ctx, clientID, addr, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*kmsg.ProduceResponse), nil
+}
+
+// SendTo sends one request to a destination broker on the carrier's connection to it (a
+// request of a promoted topic's partitions, in the destination's terms).
+func (c *Carrier) SendTo(ctx context.Context, clientID, addr string, req kmsg.Request) (kmsg.Response, error) {
 	conn, err := c.brokerConn(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
 	conn.SetClientID(clientID)
-	resp := kmsg.NewPtrProduceResponse()
+	resp := req.ResponseKind()
 	if err := conn.RoundTrip(ctx, req, resp, false); err != nil {
 		c.dropBroker(addr, conn)
 		return nil, fmt.Errorf("to the destination's broker %s: %w", addr, err)
 	}
 	return resp, nil
+}
+
+// SourceView is the loaded source view of a partition of a mirror or promoted topic.
+func (c *Carrier) SourceView(ctx context.Context, topic string, partition int32) (*view.Partition, error) {
+	return c.sourceView(ctx, topic, partition)
+}
+
+// DestLeader is the address of the destination's leader of a partition (destLeader).
+func (c *Carrier) DestLeader(ctx context.Context, topic string, id [16]byte, partition int32) (string, error) {
+	return c.destLeader(ctx, topic, id, partition)
+}
+
+// ForgetLeader drops a partition's leader found earlier.
+func (c *Carrier) ForgetLeader(topic string, partition int32) { c.forgetLeader(topic, partition) }
+
+// CachedSourceName is a source topic id's name, when an earlier SourceNames found it.
+func (c *Carrier) CachedSourceName(id [16]byte) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.names[id]
+	return n, ok
 }
 
 func producePartition(resp *kmsg.ProduceResponse, topic string, partition int32) (kmsg.ProduceResponseTopicPartition, bool) {

@@ -15,7 +15,6 @@ package session
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -24,79 +23,66 @@ import (
 )
 
 // sourceProduce takes a Produce on a source connection over when it names a sealed or
-// promoted topic (or names topics by id, which only the source can say). decided is false
-// when the request goes to the source untouched.
+// promoted topic. decided is false when the request goes to the source untouched.
 func (s *Session) sourceProduce(r *request) (decided bool, err error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(r.h.version)
 	if err := req.UnsafeReadFrom(r.body); err != nil {
 		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
-	mv := s.cfg.Moves
-	if r.h.version < 13 {
-		// Names are read in place; most requests name no sealed or promoted topic.
-		switching := false
+	var ids [][16]byte
+	if req.Version >= 13 {
 		for _, t := range req.Topics {
-			if _, sealed, promoted := mv.Promotion(t.Topic); sealed || promoted {
-				switching = true
-			}
-		}
-		if !switching {
-			return false, nil
+			ids = append(ids, t.TopicID)
 		}
 	}
+	return s.withSourceNames(r, ids, func(names map[[16]byte]string) (bool, error) { return s.sourceProduceWith(r, names) })
+}
+
+func (s *Session) sourceProduceWith(r *request, names map[[16]byte]string) (bool, error) {
 	// The asynchronous step outlives the frame's buffer, and kmsg's records alias what they
 	// are read from: a copy of its own.
-	req = kmsg.NewPtrProduceRequest()
+	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(r.h.version)
 	if err := req.ReadFrom(append([]byte(nil), r.body...)); err != nil {
 		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
+	var answered []refusal
+	var parts []moves.ProducePart
+	var carried []refusal // topic, id and partition of each part, in order
+	for _, t := range req.Topics {
+		name := t.Topic
+		if req.Version >= 13 {
+			name = names[t.TopicID]
+		}
+		_, sealed, promoted := s.cfg.Moves.Promotion(name)
+		for _, p := range t.Partitions {
+			at := refusal{topic: t.Topic, topicID: t.TopicID, partition: p.Partition}
+			switch {
+			case sealed:
+				at.code = kerr.NotLeaderForPartition.Code
+				at.msg = fmt.Sprintf("offsetgate: %s is being promoted: its writes move to the destination in a moment (retry); nothing was written", name)
+				answered = append(answered, at)
+			case promoted:
+				parts = append(parts, moves.ProducePart{Topic: name, Partition: p.Partition, Records: p.Records})
+				carried = append(carried, at)
+			}
+		}
+	}
+	switch {
+	case len(answered) == 0 && len(parts) == 0:
+		return false, nil
+	case len(parts) == 0:
+		s.finishSourceProduce(r, req, answered)
+		return true, nil
+	}
 	c, client := s.movesCarrier(), string(r.h.clientID)
 	r.async = func(ctx context.Context) func(*Session, *request) error {
-		var names map[[16]byte]string
-		if req.Version >= 13 {
-			var ids [][16]byte
-			for _, t := range req.Topics {
-				ids = append(ids, t.TopicID)
-			}
-			var err error
-			if names, err = c.SourceNames(ctx, ids); err != nil {
-				return func(*Session, *request) error {
-					// Fail closed: a partition of a promoted topic must not reach the source.
-					return fmt.Errorf("Produce v%d on a source connection: the source's names of its topic ids: %w", req.Version, err)
-				}
-			}
-		}
-		var answered []refusal
-		var parts []moves.ProducePart
-		var carried []refusal // topic, id and partition of each part, in order
-		for _, t := range req.Topics {
-			name := t.Topic
-			if req.Version >= 13 {
-				name = names[t.TopicID]
-			}
-			_, sealed, promoted := mv.Promotion(name)
-			for _, p := range t.Partitions {
-				at := refusal{topic: strings.Clone(t.Topic), topicID: t.TopicID, partition: p.Partition}
-				switch {
-				case sealed:
-					at.code = kerr.NotLeaderForPartition.Code
-					at.msg = fmt.Sprintf("offsetgate: %s is being promoted: its writes move to the destination in a moment (retry); nothing was written", name)
-					answered = append(answered, at)
-				case promoted:
-					parts = append(parts, moves.ProducePart{Topic: name, Partition: p.Partition, Records: p.Records})
-					carried = append(carried, at)
-				}
-			}
-		}
-		if len(parts) > 0 {
-			for i, res := range c.CarryProduce(ctx, client, req.Version, req.Acks, req.TimeoutMillis, parts) {
-				at := carried[i]
-				at.code, at.msg, at.base = res.Code, res.Msg, res.BaseOffset
-				at.carried, at.appendTime, at.logStart = true, res.LogAppendTime, res.LogStartOffset
-				answered = append(answered, at)
-			}
+		for i, res := range c.CarryProduce(ctx, client, req.Version, req.Acks, req.TimeoutMillis, parts) {
+			at := carried[i]
+			at.code, at.msg, at.base = res.Code, res.Msg, res.BaseOffset
+			at.carried, at.appendTime, at.logStart = true, res.LogAppendTime, res.LogStartOffset
+			answered = append(answered, at)
 		}
 		return func(s *Session, r *request) error {
 			s.finishSourceProduce(r, req, answered)

@@ -68,35 +68,41 @@ func listOffsetsDecide(s *Session, r *request) error {
 				if !ok || p.ErrorCode != 0 {
 					continue
 				}
-				for k := range p.OldStyleOffsets {
-					p.OldStyleOffsets[k] = a.pv.ToSource(p.OldStyleOffsets[k])
-				}
-				switch {
-				case a.timestamp == -1: // latest: the mirrored end, at the presented epoch
-					p.Offset = a.pv.ToSource(p.Offset)
-					if end := a.pv.End(); end >= 0 && p.Offset > end {
-						a.pv.Stale() // D holds more than the index knows
-					}
-					if committed {
-						// read_committed: the source's last stable offset (D has no open
-						// transaction of the mirror's, so its own answer is its end).
-						if lso := a.pv.LastStable(); lso >= 0 {
-							p.Offset = min(p.Offset, lso)
-						}
-					}
-					if p.LeaderEpoch >= 0 {
-						p.LeaderEpoch += a.base
-					}
-				case a.timestamp >= 0 || a.timestamp == -3: // a record found by its timestamp
-					p.Offset = a.pv.ToSourceRecord(p.Offset)
-					p.LeaderEpoch = a.pv.EpochAt(p.Offset)
-				default: // earliest and the other log positions
-					p.Offset = a.pv.ToSource(p.Offset)
-					p.LeaderEpoch = a.pv.EpochAt(p.Offset)
-				}
+				listOffsetsToSource(a.pv, a.base, a.timestamp, committed, p)
 			}
 		}
 		return resp.AppendTo(nil), true, nil
 	}
 	return nil
+}
+
+// listOffsetsToSource turns the destination's answer for a partition with a source view into
+// the source's terms (timestamp is what was asked: -1 latest, -2 earliest, and so on).
+func listOffsetsToSource(pv *view.Partition, base int32, timestamp int64, committed bool, p *kmsg.ListOffsetsResponseTopicPartition) {
+	for k := range p.OldStyleOffsets {
+		p.OldStyleOffsets[k] = pv.ToSource(p.OldStyleOffsets[k])
+	}
+	switch {
+	case timestamp == -1: // latest: the mirrored end, at the presented epoch
+		p.Offset = pv.ToSource(p.Offset)
+		if end := pv.End(); end >= 0 && p.Offset > end {
+			pv.Stale() // D holds more than the index knows
+		}
+		if committed {
+			// read_committed: the source's last stable offset (D has no open transaction of
+			// the mirror's, so its own answer is its end).
+			if lso := pv.LastStable(); lso >= 0 {
+				p.Offset = min(p.Offset, lso)
+			}
+		}
+		if p.LeaderEpoch >= 0 {
+			p.LeaderEpoch += base
+		}
+	case timestamp >= 0 || timestamp == -3: // a record found by its timestamp
+		p.Offset = pv.ToSourceRecord(p.Offset)
+		p.LeaderEpoch = pv.EpochAt(p.Offset)
+	default: // earliest and the other log positions
+		p.Offset = pv.ToSource(p.Offset)
+		p.LeaderEpoch = pv.EpochAt(p.Offset)
+	}
 }

@@ -56,11 +56,7 @@ func offsetForLeaderEpochDecide(s *Session, r *request) error {
 		base := pv.EpochBase()
 		asks[partKey{t.Topic, p.Partition}] = asked{pv, p.LeaderEpoch, base, info.Mark == nil}
 		p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, base)
-		if info.Mark == nil && p.LeaderEpoch >= base {
-			// Promoted: epochs from the base on are D's epochs in the presented space, and D
-			// knows where they end (records written after the promotion included).
-			p.LeaderEpoch -= base
-		}
+		p.LeaderEpoch = epochToDest(p.LeaderEpoch, base, info.Mark == nil)
 	})
 	if err != nil || len(asks) == 0 {
 		return err
@@ -79,14 +75,30 @@ func offsetForLeaderEpochDecide(s *Session, r *request) error {
 				if !ok || p.ErrorCode != 0 {
 					continue
 				}
-				if a.promoted && a.epoch >= a.base && p.LeaderEpoch >= 0 && p.EndOffset >= 0 {
-					p.LeaderEpoch, p.EndOffset = p.LeaderEpoch+a.base, a.pv.ToSource(p.EndOffset)
-					continue
-				}
-				p.LeaderEpoch, p.EndOffset = a.pv.EpochEnd(a.epoch)
+				epochEndToSource(a.pv, a.epoch, a.base, a.promoted, p)
 			}
 		}
 		return resp.AppendTo(nil), true, nil
 	}
 	return nil
+}
+
+// epochToDest is the epoch asked about as the destination knows it: a promoted partition's
+// epochs from the base on are D's epochs in the presented space, and D knows where they end
+// (records written after the promotion included); any other is answered from the index.
+func epochToDest(epoch, base int32, promoted bool) int32 {
+	if promoted && epoch >= base {
+		return epoch - base
+	}
+	return epoch
+}
+
+// epochEndToSource replaces the destination's answer for a partition with a source view by the
+// source's: where the epoch asked (in the presented space) ends.
+func epochEndToSource(pv *view.Partition, epoch, base int32, promoted bool, p *kmsg.OffsetForLeaderEpochResponseTopicPartition) {
+	if promoted && epoch >= base && p.LeaderEpoch >= 0 && p.EndOffset >= 0 {
+		p.LeaderEpoch, p.EndOffset = p.LeaderEpoch+base, pv.ToSource(p.EndOffset)
+		return
+	}
+	p.LeaderEpoch, p.EndOffset = pv.EpochEnd(epoch)
 }

@@ -39,6 +39,7 @@ import (
 
 	"offsetgate/catalog"
 	"offsetgate/moves"
+	"offsetgate/view"
 )
 
 // Moves is the groups' live moves as a source connection sees them.
@@ -54,6 +55,9 @@ type Moves interface {
 	HasSwitching() bool
 	// Promotion says whether a topic (by name) is sealed or promoted.
 	Promotion(name string) (t catalog.Topic, sealed, promoted bool)
+	// Promotions counts the topics ever promoted: a fetch session a source connection keeps
+	// with the source started before the last one may hold a promoted topic's partitions.
+	Promotions() int64
 }
 
 // Carrier carries a moved group's requests to the group's coordinator on the destination, on
@@ -71,6 +75,19 @@ type Carrier interface {
 	CarryProduce(ctx context.Context, clientID string, version, acks int16, timeoutMs int32, parts []moves.ProducePart) []moves.ProduceResult
 	// SourceNames asks the source for the names of topic ids. It blocks.
 	SourceNames(ctx context.Context, ids [][16]byte) (map[[16]byte]string, error)
+	// CachedSourceName is a source topic id's name when it is known already (no I/O).
+	CachedSourceName(id [16]byte) (string, bool)
+	// SourceView is the loaded source view of a partition of a mirror or promoted topic (nil
+	// for any other topic). It blocks.
+	SourceView(ctx context.Context, topic string, partition int32) (*view.Partition, error)
+	// DestLeader is the address of the destination's leader of a partition of the topic whose
+	// destination id is id. It blocks.
+	DestLeader(ctx context.Context, topic string, id [16]byte, partition int32) (string, error)
+	// ForgetLeader drops a leader found earlier (an answer said it leads no more).
+	ForgetLeader(topic string, partition int32)
+	// SendTo sends a request to a destination broker, with the client's id, on the carrier's
+	// connection to that broker. It blocks.
+	SendTo(ctx context.Context, clientID, addr string, req kmsg.Request) (kmsg.Response, error)
 	// Close ends the carrier's connections; a Carry in progress fails.
 	Close()
 }

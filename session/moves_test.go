@@ -15,17 +15,21 @@ import (
 
 	"offsetgate/catalog"
 	"offsetgate/moves"
+	"offsetgate/view"
 )
 
 // movesOf is a Moves with fixed states and a carrier that records what it carries.
 type movesOf struct {
 	states  map[string]catalog.MoveState
 	carrier *recordingCarrier
-	// Topics sealed for their promotion, and promoted ones.
+	// Topics sealed for their promotion, and promoted ones; gen adds to the promotions
+	// counted.
 	sealed, promoted map[string]bool
+	gen              int64
 }
 
 func (m *movesOf) HasSwitching() bool { return len(m.sealed)+len(m.promoted) > 0 }
+func (m *movesOf) Promotions() int64  { return int64(len(m.promoted)) + m.gen }
 func (m *movesOf) Promotion(name string) (catalog.Topic, bool, bool) {
 	return catalog.Topic{Name: name}, m.sealed[name], m.promoted[name]
 }
@@ -51,6 +55,12 @@ type recordingCarrier struct {
 	// offset 1000 + its index.
 	writes []moves.ProducePart
 	names  map[[16]byte]string
+	cached map[[16]byte]string
+	// Promoted topics' partitions: their views, the requests sent to the destination and its
+	// answers.
+	views map[partKey]*view.Partition
+	sent  []kmsg.Request
+	dest  func(kmsg.Request) kmsg.Response
 }
 
 func (c *recordingCarrier) CarryProduce(_ context.Context, _ string, _, _ int16, _ int32, parts []moves.ProducePart) []moves.ProduceResult {
@@ -65,6 +75,8 @@ func (c *recordingCarrier) CarryProduce(_ context.Context, _ string, _, _ int16,
 }
 
 func (c *recordingCarrier) SourceNames(_ context.Context, ids [][16]byte) (map[[16]byte]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := map[[16]byte]string{}
 	for _, id := range ids {
 		n, ok := c.names[id]
@@ -72,8 +84,41 @@ func (c *recordingCarrier) SourceNames(_ context.Context, ids [][16]byte) (map[[
 			return nil, fmt.Errorf("unknown topic id %x", id)
 		}
 		out[id] = n
+		if c.cached == nil {
+			c.cached = map[[16]byte]string{}
+		}
+		c.cached[id] = n
 	}
 	return out, nil
+}
+
+func (c *recordingCarrier) CachedSourceName(id [16]byte) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.cached[id]
+	return n, ok
+}
+
+// The destination side of promoted topics' reads: a view per partition, every leader at one
+// address, answers from dest.
+func (c *recordingCarrier) SourceView(_ context.Context, topic string, partition int32) (*view.Partition, error) {
+	pv, ok := c.views[partKey{topic, partition}]
+	if !ok {
+		return nil, nil
+	}
+	return pv, nil
+}
+func (c *recordingCarrier) DestLeader(context.Context, string, [16]byte, int32) (string, error) {
+	return "dest:9092", nil
+}
+func (c *recordingCarrier) ForgetLeader(string, int32) {}
+func (c *recordingCarrier) SendTo(_ context.Context, _, _ string, req kmsg.Request) (kmsg.Response, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sent = append(c.sent, req)
+	resp := c.dest(req)
+	resp.SetVersion(req.GetVersion())
+	return resp, nil
 }
 
 func (c *recordingCarrier) Carry(_ context.Context, client, group string, req kmsg.Request) (kmsg.Response, error) {

@@ -7,6 +7,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/ledger"
+	"offsetgate/view"
 )
 
 // A source connection's Produce once topics are sealed for promotion or promoted: a sealed
@@ -182,6 +185,153 @@ func TestSourceProduceSwitch(t *testing.T) {
 		}
 		if len(fc.forwarded(t)) != 0 {
 			t.Fatal("it reached the source")
+		}
+	})
+}
+
+// A source connection's Fetch once a topic is promoted: the promoted partition is fetched from
+// the destination at its destination offset with no epoch checks and answered as the source's
+// batch at its source offset; the other partition goes to the source without a fetch session;
+// the client's answer has both and no session. An incremental fetch after a promotion is sent
+// back for a full one (FETCH_SESSION_ID_NOT_FOUND).
+func TestSourceFetchPromoted(t *testing.T) {
+	a := srcBatch(100, 3, 5)
+	pv := view.NewPartition([]ledger.Entry{entry(a, 0)})
+	newSession := func() (*Session, *syncConn, *recordingCarrier) {
+		c := &recordingCarrier{views: map[partKey]*view.Partition{{"promo", 0}: pv}, dest: func(req kmsg.Request) kmsg.Response {
+			switch req := req.(type) {
+			case *kmsg.FetchRequest:
+				resp := kmsg.NewPtrFetchResponse()
+				rt := kmsg.NewFetchResponseTopic()
+				rt.Topic = req.Topics[0].Topic
+				rp := kmsg.NewFetchResponseTopicPartition()
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = 3, 3, 0
+				rp.RecordBatches = onD(a, 0, 2)
+				rt.Partitions = append(rt.Partitions, rp)
+				resp.Topics = append(resp.Topics, rt)
+				return resp
+			case *kmsg.ListOffsetsRequest:
+				resp := kmsg.NewPtrListOffsetsResponse()
+				rt := kmsg.NewListOffsetsResponseTopic()
+				rt.Topic = req.Topics[0].Topic
+				rp := kmsg.NewListOffsetsResponseTopicPartition()
+				rp.Offset, rp.LeaderEpoch = 3, 1 // D's end, D's epoch
+				rt.Partitions = append(rt.Partitions, rp)
+				resp.Topics = append(resp.Topics, rt)
+				return resp
+			}
+			return req.ResponseKind()
+		}}
+		fc := &syncConn{posted: make(chan func(), 16)}
+		s := New(Config{NodeShift: 1000, Addresses: &presented{real: map[int32]string{}},
+			Moves: &movesOf{carrier: c, promoted: map[string]bool{"promo": true}}}, fc)
+		return s, fc, c
+	}
+	fetch := func(epoch int32) *kmsg.FetchRequest {
+		r := kmsg.NewPtrFetchRequest()
+		r.SetVersion(12)
+		r.ReplicaID, r.MaxWaitMillis, r.SessionID, r.SessionEpoch = -1, 500, 0, epoch
+		for i, n := range []string{"plain", "promo"} {
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic = n
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.Partition, fp.FetchOffset, fp.CurrentLeaderEpoch = 0, int64(100*i), 5
+			ft.Partitions = append(ft.Partitions, fp)
+			r.Topics = append(r.Topics, ft)
+		}
+		return r
+	}
+	wait := func(fc *syncConn) [][]byte {
+		var up [][]byte
+		for i := 0; i < 200 && len(up) == 0; i++ {
+			select {
+			case fn := <-fc.posted:
+				fn()
+			case <-time.After(10 * time.Millisecond):
+			}
+			up = fc.forwarded(t)
+		}
+		return up
+	}
+
+	t.Run("fetch", func(t *testing.T) {
+		s, fc, c := newSession()
+		if _, err := s.HandleClient(reqFrame(fetch(0), 1)); err != nil {
+			t.Fatal(err)
+		}
+		up := wait(fc)
+		if len(up) != 1 {
+			t.Fatalf("%d requests reached the source, want 1", len(up))
+		}
+		var fwd kmsg.FetchRequest
+		readForwarded(t, up[0], &fwd)
+		if len(fwd.Topics) != 1 || fwd.Topics[0].Topic != "plain" || fwd.SessionEpoch != -1 || fwd.SessionID != 0 {
+			t.Fatalf("the source was sent %+v (session %d/%d), want plain alone without a session", fwd.Topics, fwd.SessionID, fwd.SessionEpoch)
+		}
+		if len(c.sent) != 1 {
+			t.Fatalf("%d requests sent to the destination", len(c.sent))
+		}
+		dreq := c.sent[0].(*kmsg.FetchRequest)
+		dp := dreq.Topics[0].Partitions[0]
+		if dreq.Topics[0].Topic != "promo" || dp.FetchOffset != 0 || dp.CurrentLeaderEpoch != -1 || dreq.MaxWaitMillis != 0 {
+			t.Fatalf("the destination was asked %+v (wait %d), want promo at D offset 0, no epoch, no wait", dreq.Topics, dreq.MaxWaitMillis)
+		}
+		answer := kmsg.NewPtrFetchResponse()
+		answer.Version, answer.SessionID = 12, 77
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic = "plain"
+		rt.Partitions = append(rt.Partitions, kmsg.NewFetchResponseTopicPartition())
+		answer.Topics = append(answer.Topics, rt)
+		if _, err := s.HandleUpstream(respFrame(1, true, answer)); err != nil {
+			t.Fatal(err)
+		}
+		var got kmsg.FetchResponse
+		readAnswer(t, fc.answers(t, 1)[0], &got, 12)
+		if got.SessionID != 0 || len(got.Topics) != 2 || got.Topics[1].Topic != "promo" {
+			t.Fatalf("answer %+v, want plain and promo, no session", got)
+		}
+		p := got.Topics[1].Partitions[0]
+		if string(p.RecordBatches) != string(a) || p.HighWatermark != 103 || p.LogStartOffset != 100 {
+			t.Fatalf("promo answered hw %d log start %d records %x; want the source's batch, 103, 100", p.HighWatermark, p.LogStartOffset, p.RecordBatches)
+		}
+	})
+
+	t.Run("incremental", func(t *testing.T) {
+		s, fc, _ := newSession()
+		// The connection's last full fetch was before the promotion.
+		s.fetchGen = 0
+		if _, err := s.HandleClient(reqFrame(fetch(3), 1)); err != nil {
+			t.Fatal(err)
+		}
+		var got kmsg.FetchResponse
+		readAnswer(t, fc.answers(t, 1)[0], &got, 12)
+		if got.ErrorCode != kerr.FetchSessionIDNotFound.Code || len(fc.forwarded(t)) != 0 {
+			t.Fatalf("an incremental fetch after a promotion answered %d; want FETCH_SESSION_ID_NOT_FOUND, nothing forwarded", got.ErrorCode)
+		}
+	})
+
+	t.Run("list-offsets", func(t *testing.T) {
+		s, fc, c := newSession()
+		r := kmsg.NewPtrListOffsetsRequest()
+		r.SetVersion(7)
+		r.ReplicaID = -1
+		lt := kmsg.NewListOffsetsRequestTopic()
+		lt.Topic = "promo"
+		lp := kmsg.NewListOffsetsRequestTopicPartition()
+		lp.Timestamp, lp.CurrentLeaderEpoch = -1, 5
+		lt.Partitions = append(lt.Partitions, lp)
+		r.Topics = append(r.Topics, lt)
+		if _, err := s.HandleClient(reqFrame(r, 1)); err != nil {
+			t.Fatal(err)
+		}
+		var got kmsg.ListOffsetsResponse
+		readAnswer(t, fc.answers(t, 1)[0], &got, 7)
+		p := got.Topics[0].Partitions[0]
+		if p.Offset != 103 || p.LeaderEpoch != 6 {
+			t.Fatalf("latest answered %d at epoch %d, want the source's 103 at the presented epoch 6 (5+1)", p.Offset, p.LeaderEpoch)
+		}
+		if c.sent[0].(*kmsg.ListOffsetsRequest).Topics[0].Partitions[0].CurrentLeaderEpoch != -1 || len(fc.forwarded(t)) != 0 {
+			t.Fatal("the destination was asked with the source's epoch, or the source was asked")
 		}
 	})
 }

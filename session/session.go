@@ -199,6 +199,10 @@ type Session struct {
 	carrier Carrier
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
 	staleFetch []mirrorPart
+	// fetchGen, on a source connection, is how many topics were promoted when the client last
+	// sent a full Fetch: an incremental one after a later promotion may rely on a fetch
+	// session of the source's that holds a promoted topic (01_fetch_source.go).
+	fetchGen int64
 	// A rewrite that builds a large response (restored Fetch answers) writes it into outBuf
 	// after headroom bytes left for the frame header, so the response is neither grown by
 	// append nor copied again into a frame; outBuf is reused once the client has it.

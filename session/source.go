@@ -115,8 +115,21 @@ const (
 // fromSource prepares a request on a source connection: node ids it names are lowered (the
 // frame is rebuilt), and its answer's node ids and addresses are translated.
 func (s *Session) fromSource(r *request) error {
-	if kmsg.Key(r.h.key) == kmsg.Produce && s.cfg.Moves != nil && s.cfg.Moves.HasSwitching() {
-		if decided, err := s.sourceProduce(r); decided || err != nil {
+	if s.cfg.Moves != nil && s.cfg.Moves.HasSwitching() {
+		// Promoted topics' partitions are the destination's (promoted.go).
+		var decided bool
+		var err error
+		switch kmsg.Key(r.h.key) {
+		case kmsg.Produce:
+			decided, err = s.sourceProduce(r)
+		case kmsg.Fetch:
+			decided, err = s.sourceFetch(r)
+		case kmsg.ListOffsets:
+			decided, err = s.sourceListOffsets(r)
+		case kmsg.OffsetForLeaderEpoch:
+			decided, err = s.sourceOffsetForLeaderEpoch(r)
+		}
+		if decided || err != nil {
 			return err
 		}
 	}
@@ -125,6 +138,12 @@ func (s *Session) fromSource(r *request) error {
 			return err
 		}
 	}
+	return s.sourcePass(r)
+}
+
+// sourcePass prepares a request that goes to the source: node ids it names are lowered, and its
+// answer's node ids and addresses are raised.
+func (s *Session) sourcePass(r *request) error {
 	use, ok := sourceNodes[kmsg.Key(r.h.key)]
 	if !ok {
 		return fmt.Errorf("%w: api key %d is not classified for source connections", ErrForbidden, r.h.key)
