@@ -14,18 +14,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"offsetgate/catalog"
 	"offsetgate/internal/realclients"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
 )
 
-// Producers switched at promotion: idempotent franz-go producers write a source topic through
-// offsetgate's source listener while the mirror follows (the destination's offsets shifted
-// from the source's); the topic is promoted with `offsetgate promote`'s steps (sealed, the
-// mirror reaches the source's end, the mark removed) while they keep writing, never
-// restarted. Every record acknowledged is on the destination once, at the offset its producer
-// was told (source terms, read through offsetgate), each producer's records in the order
-// written, nothing written to the source after the promotion, and writes after it carried.
+// The whole live cutover through a source listener: idempotent producers (franz-go and the
+// Java client) write a source topic through offsetgate's source listener while the mirror
+// follows (the destination's offsets shifted from the source's), a consumer group of two
+// franz-go members and a Java consumer read it through the same listener; the group is moved
+// to the destination live, then the topic is promoted with `offsetgate promote`'s steps
+// (sealed, the mirror reaches the source's end, the mark removed) while all of them go on,
+// never restarted. Every record acknowledged is on the destination once, at the offset its
+// producer was told (source terms, read through offsetgate), each producer's records in the
+// order written, nothing written to the source after the promotion, writes and reads after it
+// carried to the destination, the group processed every record once and the Java consumer
+// read every record in order.
 func TestPromoteLiveProducers(t *testing.T) {
 	prefix := testkafka.Names(t, "pl")
 	e := newEnv(t, prefix, shifted)
@@ -114,6 +119,44 @@ func TestPromoteLiveProducers(t *testing.T) {
 	const javaCount = 4000
 	jdone := make(chan error, 1)
 	go func() { jdone <- realclients.JavaProducePaced(ctx, apps, topic, javaCount, "J", "", 4) }()
+	// Consumers through the source listener the whole time: a group of two franz-go members
+	// (moved to the destination live before the promotion), and a Java consumer that reads
+	// every partition from the start (no group).
+	type key struct {
+		p int32
+		o int64
+	}
+	var cmu sync.Mutex
+	groupSeen := map[key]int{}
+	var javaRead []realclients.Record
+	cctx, stopConsuming := context.WithCancel(ctx)
+	var consumers sync.WaitGroup
+	group := prefix + "-g"
+	for m := 0; m < 2; m++ {
+		consumers.Add(1)
+		go func() {
+			defer consumers.Done()
+			memberKind{balancer: kgo.CooperativeStickyBalancer()}.run(t, cctx, apps, topic, group, m, func(p int32, o int64) {
+				cmu.Lock()
+				groupSeen[key{p, o}]++
+				cmu.Unlock()
+			})
+		}()
+	}
+	consumers.Add(1)
+	go func() {
+		defer consumers.Done()
+		err := realclients.JavaConsumeStream(cctx, apps, topic, 1<<30, int((10 * time.Minute).Milliseconds()), realclients.JavaOptions{},
+			func(r realclients.Record) {
+				cmu.Lock()
+				javaRead = append(javaRead, r)
+				cmu.Unlock()
+			})
+		if err != nil && cctx.Err() == nil {
+			t.Errorf("the Java consumer: %v", err)
+		}
+	}()
+	defer func() { stopConsuming(); consumers.Wait() }()
 	waitUntil(t, time.Minute, func() bool { return produced.Load() > 500 })
 	// The Java producer is writing (its JVM takes seconds to start).
 	watch, err := kgo.NewClient(kgo.SeedBrokers(s.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -142,6 +185,25 @@ func TestPromoteLiveProducers(t *testing.T) {
 			}
 		})
 		return n == parts
+	})
+
+	// The group moves to the destination live (its members keep fetching through the source
+	// listener, from the source until the promotion).
+	dcl, err := kgo.NewClient(kgo.SeedBrokers(e.pair.Dest.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dcl.Close()
+	waitUntil(t, time.Minute, func() bool { cmu.Lock(); defer cmu.Unlock(); return len(groupSeen) > 100 })
+	if err := catalog.StoreMoveWith(ctx, dcl, catalog.Move{Group: group, State: catalog.MoveDraining}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 2*time.Minute, func() bool {
+		m, ok := appsSrv.Catalog().Move(group)
+		if ok && m.State == catalog.MoveFailed {
+			t.Fatalf("the move failed: %s", m.Reason)
+		}
+		return ok && m.State == catalog.MoveMoved
 	})
 
 	// The promotion, as `offsetgate promote --source S --wait 1m` runs it.
@@ -250,6 +312,41 @@ func TestPromoteLiveProducers(t *testing.T) {
 			}
 			lastOf[k] = i
 		})
+	}
+	// The consumers on the source listener read everything once, across the promotion: the
+	// group (moved) processed every offset once; the Java consumer read every record at the
+	// offset it has on the destination (source terms), in order.
+	byOffset := map[key]string{}
+	for v, a := range seen {
+		byOffset[key{a.p, a.off}] = v
+	}
+	waitUntil(t, 2*time.Minute, func() bool {
+		cmu.Lock()
+		defer cmu.Unlock()
+		return len(groupSeen) >= len(seen) && len(javaRead) >= len(seen)
+	})
+	stopConsuming()
+	consumers.Wait()
+	for k := range byOffset {
+		if n := groupSeen[k]; n != 1 {
+			t.Errorf("the moved group processed %s[%d] offset %d %d times", topic, k.p, k.o, n)
+		}
+	}
+	if len(groupSeen) != len(byOffset) {
+		t.Errorf("the group processed %d offsets, the topic holds %d", len(groupSeen), len(byOffset))
+	}
+	jnext := map[int32]int64{}
+	for _, r := range javaRead {
+		if want := byOffset[key{r.Partition, r.Offset}]; r.Value != want {
+			t.Errorf("the Java consumer read %q at %s[%d] offset %d, the destination holds %q there", r.Value, topic, r.Partition, r.Offset, want)
+		}
+		if n, ok := jnext[r.Partition]; ok && r.Offset != n {
+			t.Errorf("the Java consumer read %s[%d] offset %d after %d", topic, r.Partition, r.Offset, n-1)
+		}
+		jnext[r.Partition] = r.Offset + 1
+	}
+	if len(javaRead) != len(byOffset) {
+		t.Errorf("the Java consumer read %d records, the topic holds %d", len(javaRead), len(byOffset))
 	}
 	mu.Lock()
 	defer mu.Unlock()
