@@ -1,10 +1,9 @@
 package moves
 
-// Producers of a promoted topic on source connections (issue: live cutover, producers at
-// promotion). A producer that writes a topic through offsetgate's source listener keeps its
-// connections and its producer id when the topic is promoted: its Produce requests for the
-// topic are carried to the destination's leader of each partition, and answered in source
-// offsets, as a destination listener answers them.
+// Producers of a promoted topic on source connections. A producer that writes a topic through
+// offsetgate's source listener keeps its connections and its producer id when the topic is
+// promoted: its Produce requests for the topic are carried to the destination's leader of each
+// partition, and answered in source offsets, as a destination listener answers them.
 //
 // The producer's id was issued by the source, and the destination's own producers (the
 // mirror's writer, clients of destination listeners) have ids from the destination's
@@ -42,7 +41,7 @@ import (
 )
 
 // SourcePIDBase is added to a source producer's id when its batch is carried to the
-// destination (docs/DESIGN.md, "Producers at promotion").
+// destination (docs/DESIGN.md, "Producers and consumers at promotion").
 const SourcePIDBase int64 = 1 << 62
 
 // duplicateWindow is how many of a partition's newest mirrored batches are looked at for a

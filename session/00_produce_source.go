@@ -1,7 +1,7 @@
 package session
 
 // Produce (key 0) on a source connection, once a mirror topic is sealed for its promotion or
-// promoted (docs/DESIGN.md, "Producers at promotion"). Until then a source connection's
+// promoted (docs/DESIGN.md, "Producers and consumers at promotion"). Until then a source connection's
 // Produce is not even decoded.
 //
 //   - A sealed topic's partitions are refused NOT_LEADER_OR_FOLLOWER, which producers retry:
