@@ -40,9 +40,27 @@ func (s *Session) sourceProduce(r *request) (decided bool, err error) {
 }
 
 func (s *Session) sourceProduceWith(r *request, names map[[16]byte]string) (bool, error) {
-	// The asynchronous step outlives the frame's buffer, and kmsg's records alias what they
-	// are read from: a copy of its own.
 	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(r.h.version)
+	if err := req.UnsafeReadFrom(r.body); err != nil {
+		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
+	}
+	switching := false
+	for _, t := range req.Topics {
+		name := t.Topic
+		if req.Version >= 13 {
+			name = names[t.TopicID]
+		}
+		if _, sealed, promoted := s.cfg.Moves.Promotion(name); sealed || promoted {
+			switching = true
+		}
+	}
+	if !switching {
+		return false, nil
+	}
+	// The rest outlives the frame's buffer, and kmsg's records alias what they are read from:
+	// a copy of its own.
+	req = kmsg.NewPtrProduceRequest()
 	req.SetVersion(r.h.version)
 	if err := req.ReadFrom(append([]byte(nil), r.body...)); err != nil {
 		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)

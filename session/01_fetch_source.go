@@ -52,10 +52,10 @@ func (s *Session) sourceFetch(r *request) (bool, error) {
 }
 
 func (s *Session) sourceFetchWith(r *request, names map[[16]byte]string) (bool, error) {
-	// Read again: the request may have been copied since (an asynchronous step).
+	// Read again, in place: the request may have been copied since (an asynchronous step).
 	req := kmsg.NewPtrFetchRequest()
 	req.SetVersion(r.h.version)
-	if err := req.ReadFrom(append([]byte(nil), r.body...)); err != nil {
+	if err := req.UnsafeReadFrom(r.body); err != nil {
 		return false, fmt.Errorf("%w: Fetch v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
 	topics, _ := fetchReqTopics(req)
@@ -74,6 +74,12 @@ func (s *Session) sourceFetchWith(r *request, names map[[16]byte]string) (bool, 
 	}
 	if len(parts) == 0 {
 		return false, nil
+	}
+	// The asynchronous step outlives the frame's buffer: a copy of its own.
+	req = kmsg.NewPtrFetchRequest()
+	req.SetVersion(r.h.version)
+	if err := req.ReadFrom(append([]byte(nil), r.body...)); err != nil {
+		return false, fmt.Errorf("%w: Fetch v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
 	s.carryFetch(r, req, topics, parts)
 	return true, nil
