@@ -22,9 +22,24 @@ import (
 // (cooperative) is moved to the destination and back again and again while it consumes and
 // producers write through the source listener; each move's pause is the longest time between
 // two processed records from the move's start until the group has processed 100 more records.
-// OFFSETGATE_MOVES sets how many moves (default 6; docs/operations.md reports a longer run).
-// Every record is processed exactly once across all of them.
+// OFFSETGATE_MOVES sets how many moves (default 6; docs/operations.md reports longer runs),
+// OFFSETGATE_MOVE_CLIENT the members' client: franz-cooperative (default), franz-eager,
+// java-cooperative or java-eager. Every record is processed exactly once across all moves.
 func TestLiveGroupMovePauses(t *testing.T) {
+	kinds := map[string]memberKind{
+		"franz-cooperative": {balancer: kgo.CooperativeStickyBalancer()},
+		"franz-eager":       {balancer: kgo.RangeBalancer()},
+		"java-cooperative":  {java: "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"},
+		"java-eager":        {java: "org.apache.kafka.clients.consumer.RangeAssignor"},
+	}
+	client := "franz-cooperative"
+	if v := os.Getenv("OFFSETGATE_MOVE_CLIENT"); v != "" {
+		client = v
+	}
+	kind, ok := kinds[client]
+	if !ok {
+		t.Fatalf("OFFSETGATE_MOVE_CLIENT=%q: want franz-cooperative, franz-eager, java-cooperative or java-eager", client)
+	}
 	moves := 6
 	if v := os.Getenv("OFFSETGATE_MOVES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -86,7 +101,7 @@ func TestLiveGroupMovePauses(t *testing.T) {
 		members.Add(1)
 		go func() {
 			defer members.Done()
-			memberKind{balancer: kgo.CooperativeStickyBalancer()}.run(t, cctx, apps, topic, group, m, func(p int32, o int64) {
+			kind.run(t, cctx, apps, topic, group, m, func(p int32, o int64) {
 				mu.Lock()
 				defer mu.Unlock()
 				seen[key{p, o}]++
@@ -170,7 +185,7 @@ func TestLiveGroupMovePauses(t *testing.T) {
 		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 		return s[min(len(s)-1, int(q*float64(len(s))))]
 	}
-	t.Logf("%d moves of a franz-go cooperative group of two: pause p50 %v p99 %v (max %v); move took p50 %v p99 %v",
-		moves, pct(pauses, 0.5).Round(time.Millisecond), pct(pauses, 0.99).Round(time.Millisecond), pct(pauses, 1).Round(time.Millisecond),
+	t.Logf("%d moves of a %s group of two: pause p50 %v p99 %v (max %v); move took p50 %v p99 %v",
+		moves, client, pct(pauses, 0.5).Round(time.Millisecond), pct(pauses, 0.99).Round(time.Millisecond), pct(pauses, 1).Round(time.Millisecond),
 		pct(took, 0.5).Round(time.Millisecond), pct(took, 0.99).Round(time.Millisecond))
 }

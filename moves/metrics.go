@@ -10,8 +10,9 @@ import (
 type Metrics struct {
 	carried     prometheus.Counter
 	carryErrors prometheus.Counter
-	// Partitions of promoted topics written by source connections' producers (produce.go).
-	carriedWrites prometheus.Counter
+	// Requests for promoted topics' partitions that source connections carried to the
+	// destination, by api (produce.go).
+	carriedPromoted *prometheus.CounterVec
 }
 
 // states are every move state, one gauge each.
@@ -27,9 +28,9 @@ func RegisterMetrics(reg prometheus.Registerer, c *catalog.Catalog) *Metrics {
 		carryErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_group_move_carry_errors_total",
 			Help: "Carried requests that failed (the client connection was closed so the client retries)."}),
 	}
-	m.carriedWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_promoted_carried_partitions_total",
-		Help: "Partitions of Produce requests for promoted topics that source connections carried to the destination."})
-	reg.MustRegister(m.carried, m.carryErrors, m.carriedWrites)
+	m.carriedPromoted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_promoted_carried_requests_total",
+		Help: "Requests for promoted topics' partitions that source connections carried to the destination, by api."}, []string{"api"})
+	reg.MustRegister(m.carried, m.carryErrors, m.carriedPromoted)
 	for _, st := range states {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "offsetgate_group_moves",
 			Help: "Consumer groups by live-move state.", ConstLabels: prometheus.Labels{"state": string(st)}},
@@ -56,9 +57,9 @@ func (m *Metrics) carry(err error) {
 	}
 }
 
-func (m *Metrics) carryProduce(partitions int) {
+func (m *Metrics) carryPromoted(api string) {
 	if m == nil {
 		return
 	}
-	m.carriedWrites.Add(float64(partitions))
+	m.carriedPromoted.WithLabelValues(api).Inc()
 }

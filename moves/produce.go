@@ -172,7 +172,6 @@ func (c *Carrier) CarryProduce(ctx context.Context, clientID string, version, ac
 		}()
 	}
 	wg.Wait()
-	c.cfg.Metrics.carryProduce(len(parts))
 	return out
 }
 
@@ -225,6 +224,7 @@ func (c *Carrier) SendTo(ctx context.Context, clientID, addr string, req kmsg.Re
 		return nil, err
 	}
 	conn.SetClientID(clientID)
+	c.cfg.Metrics.carryPromoted(kmsg.NameForKey(req.Key()))
 	resp := req.ResponseKind()
 	if err := conn.RoundTrip(ctx, req, resp, false); err != nil {
 		c.dropBroker(addr, conn)
