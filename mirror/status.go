@@ -39,6 +39,9 @@ type PartitionStatus struct {
 	DirectNo string `json:"direct_no,omitempty"`
 	Owner    string `json:"owner,omitempty"`
 	Halted   string `json:"halted,omitempty"`
+	// Sealed: `offsetgate promote` has sealed the topic and waits for the mirror to reach
+	// the source's end (source listeners refuse its writes meanwhile).
+	Sealed bool `json:"sealed,omitempty"`
 	// SourceEnd and Lag are set when a source client was given and the source answered;
 	// otherwise LagUnknown says why (never a lag of 0 for ends that are not known).
 	SourceEnd  *int64 `json:"source_end,omitempty"`
@@ -64,6 +67,9 @@ func (p PartitionStatus) State() string {
 	if p.HeadLost != nil && *p.HeadLost > 0 {
 		s = append(s, fmt.Sprintf("LOST AT HEAD: the source still holds [%d, %d), the mirror starts at %d",
 			*p.SourceLogStart, *p.SourceLogStart+*p.HeadLost, *p.LogStart))
+	}
+	if p.Sealed {
+		s = append(s, "SEALED for its promotion: source listeners refuse its writes")
 	}
 	switch {
 	case len(s) > 0:
@@ -124,7 +130,7 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 			}
 		}
 		for p := range t.Partitions {
-			ps := PartitionStatus{Topic: m.Topic, Partition: p, End: -1, Epoch: -1}
+			ps := PartitionStatus{Topic: m.Topic, Partition: p, End: -1, Epoch: -1, Sealed: m.Sealed}
 			// The same replay a writer taking the partition over starts from: the newest
 			// snapshot and the ledger after it.
 			rp, unreadable, err := replayLedger(ctx, px, id, p)

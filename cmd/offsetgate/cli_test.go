@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"offsetgate/internal/ports"
@@ -161,6 +162,28 @@ func TestPromote(t *testing.T) {
 	produce(ctx, t, e.pair.Source.Addrs(), topic, "g", "h")
 	if code, _, errs := run("promote", "--topic", topic, "--client-config", conf); code != 1 || !strings.Contains(errs, "the source holds 2 records of "+topic+" that are not mirrored yet") {
 		t.Fatalf("promote with records not mirrored: exit %d, %s", code, errs)
+	}
+	// The refused promotion gave the topic back (unsealed); a sealed topic shows in status.
+	if code, out, errs := run("status", "--client-config", conf); code != 0 || strings.Contains(out, "SEALED") {
+		t.Fatalf("status after a refused promotion: exit %d\n%s%s", code, out, errs)
+	}
+	mcl, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.mirror)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mcl.Close()
+	for _, v := range []string{rules.MarkSealed, "true"} {
+		res, err := kadm.NewClient(mcl).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: rules.MarkKey, Value: kmsg.StringPtr(v)}}, topic)
+		if err == nil {
+			err = res[0].Err
+		}
+		if err != nil {
+			t.Fatalf("setting the mark to %s: %v", v, err)
+		}
+		// status reads the marks topic, which the change reached before the answer.
+		if _, out, _ := run("status", "--client-config", conf); strings.Contains(out, "SEALED") != (v == rules.MarkSealed) {
+			t.Fatalf("status with the mark set to %s:\n%s", v, out)
+		}
 	}
 	if code, out, errs := run("mirror", "--once", "--topic", topic, "--client-config", conf); code != 0 {
 		t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
