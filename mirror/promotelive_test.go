@@ -20,8 +20,9 @@ import (
 	"offsetgate/mirror"
 )
 
-// The whole live cutover through a source listener: idempotent producers (franz-go and the
-// Java client) write a source topic through offsetgate's source listener while the mirror
+// The whole live cutover through source listeners: idempotent producers (franz-go and the
+// Java client, each on its own offsetgate instance) write a source topic through offsetgate's
+// source listeners while the mirror
 // follows (the destination's offsets shifted from the source's), a consumer group of two
 // franz-go members and a Java consumer read it through the same listener; the group is moved
 // to the destination live, then the topic is promoted with `offsetgate promote`'s steps
@@ -64,6 +65,9 @@ func TestPromoteLiveProducers(t *testing.T) {
 	}
 	_, appsSrv := e.plainServerWith(t, sourceMode(t, e.pair, "apps"))
 	apps := appsSrv.BootstrapAddr()
+	// The Java clients use a second instance: the seal and the promotion reach both.
+	_, apps2Srv := e.plainServerWith(t, sourceMode(t, e.pair, "apps-2"))
+	apps2 := apps2Srv.BootstrapAddr()
 
 	mctx, stopMirror := context.WithCancel(ctx)
 	mdone := make(chan error, 1)
@@ -118,7 +122,7 @@ func TestPromoteLiveProducers(t *testing.T) {
 	// And a Java producer (idempotent by default), steady across the promotion.
 	const javaCount = 4000
 	jdone := make(chan error, 1)
-	go func() { jdone <- realclients.JavaProducePaced(ctx, apps, topic, javaCount, "J", "", 4) }()
+	go func() { jdone <- realclients.JavaProducePaced(ctx, apps2, topic, javaCount, "J", "", 4) }()
 	// Consumers through the source listener the whole time: a group of two franz-go members
 	// (moved to the destination live before the promotion), and a Java consumer that reads
 	// every partition from the start (no group).
@@ -146,7 +150,7 @@ func TestPromoteLiveProducers(t *testing.T) {
 	consumers.Add(1)
 	go func() {
 		defer consumers.Done()
-		err := realclients.JavaConsumeStream(cctx, apps, topic, 1<<30, int((10 * time.Minute).Milliseconds()), realclients.JavaOptions{},
+		err := realclients.JavaConsumeStream(cctx, apps2, topic, 1<<30, int((10 * time.Minute).Milliseconds()), realclients.JavaOptions{},
 			func(r realclients.Record) {
 				cmu.Lock()
 				javaRead = append(javaRead, r)
