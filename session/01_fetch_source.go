@@ -14,7 +14,7 @@ package session
 //
 // The destination part goes first: when the source part has partitions too, the destination is
 // asked not to wait, and the source part is told not to wait either when the destination had
-// records; otherwise the client's wait applies to the source part.
+// records; otherwise the client's wait applies to the source part, at most maxMixedWait.
 
 import (
 	"context"
@@ -24,6 +24,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// maxMixedWait bounds, in milliseconds, how long the source may hold a fetch whose promoted
+// partitions were fetched from the destination already: their next records are not asked for
+// until the source answers.
+const maxMixedWait = 500
 
 func fetchReqTopics(req *kmsg.FetchRequest) ([]reqTopic, [][16]byte) {
 	topics := make([]reqTopic, len(req.Topics))
@@ -195,8 +200,12 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 			}
 			src := *req
 			src.SessionID, src.SessionEpoch, src.ForgottenTopics = 0, -1, nil
-			if records {
+			switch {
+			case records:
 				src.MaxWaitMillis = 0
+			case src.MaxWaitMillis > maxMixedWait:
+				// The destination's new records wait for the source's answer: not long.
+				src.MaxWaitMillis = maxMixedWait
 			}
 			src.Topics = nil
 			for ti, t := range req.Topics {
