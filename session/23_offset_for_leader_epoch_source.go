@@ -26,7 +26,7 @@ func (s *Session) sourceOffsetForLeaderEpoch(r *request) (bool, error) {
 		}
 	}
 	parts := s.promotedParts(topics, false, nil)
-	if len(parts) == 0 || req.ReplicaID != -1 {
+	if len(parts) == 0 || req.ReplicaID >= 0 {
 		return false, nil // a follower's request is refused by sourcePass
 	}
 	c, client := s.movesCarrier(), string(r.h.clientID)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -177,5 +178,108 @@ func FuzzHandleUpstream(f *testing.F) {
 			}
 		}
 		_, _ = s.HandleUpstream(up)
+	})
+}
+
+// Whatever a client of a source listener sends once topics are sealed or promoted, a session
+// never panics, and never passes a promoted topic's partition to the source.
+func FuzzSourceClient(f *testing.F) {
+	add := func(r kmsg.Request, v int16) {
+		r.SetVersion(v)
+		f.Add(reqFrame(r, 1))
+	}
+	for _, name := range []string{"promo", "sealed", "plain"} {
+		p := kmsg.NewPtrProduceRequest()
+		pt := kmsg.NewProduceRequestTopic()
+		pt.Topic = name
+		pp := kmsg.NewProduceRequestTopicPartition()
+		pp.Records = []byte{0, 0, 0, 0}
+		pt.Partitions = append(pt.Partitions, pp)
+		p.Topics, p.Acks = append(p.Topics, pt), -1
+		add(p, 9)
+		fr := kmsg.NewPtrFetchRequest()
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = name
+		ft.Partitions = append(ft.Partitions, kmsg.NewFetchRequestTopicPartition())
+		fr.Topics = append(fr.Topics, ft)
+		add(fr, 12)
+		lo := kmsg.NewPtrListOffsetsRequest()
+		lt := kmsg.NewListOffsetsRequestTopic()
+		lt.Topic = name
+		lt.Partitions = append(lt.Partitions, kmsg.NewListOffsetsRequestTopicPartition())
+		lo.Topics = append(lo.Topics, lt)
+		add(lo, 7)
+		oe := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		ot := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		ot.Topic = name
+		ot.Partitions = append(ot.Partitions, kmsg.NewOffsetForLeaderEpochRequestTopicPartition())
+		oe.Topics = append(oe.Topics, ot)
+		add(oe, 4)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := &recordingCarrier{dest: func(req kmsg.Request) kmsg.Response { return req.ResponseKind() }}
+		fc := &syncConn{posted: make(chan func(), 16)}
+		s := New(Config{NodeShift: 1000, MaxFrame: 1 << 20, Addresses: &presented{real: map[int32]string{}},
+			Moves: &movesOf{carrier: c, sealed: map[string]bool{"sealed": true}, promoted: map[string]bool{"promo": true}}}, fc)
+		defer s.Close()
+		if _, err := s.HandleClient(in); err != nil {
+			return
+		}
+		// Finish what went asynchronous (each step may start another).
+		for i := 0; i < 3 && s.blocked; i++ {
+			select {
+			case fn := <-fc.posted:
+				fn()
+			case <-time.After(time.Second):
+			}
+		}
+		for _, frame := range fc.forwarded(t) {
+			h, err := parseReqHeader(frame[4:])
+			if err != nil {
+				t.Fatalf("forwarded a frame whose header does not parse: %v", err)
+			}
+			req := kmsg.RequestForKey(h.key)
+			if req == nil {
+				continue
+			}
+			req.SetVersion(h.version)
+			if err := req.ReadFrom(frame[4+h.bodyOff:]); err != nil {
+				continue // not a request the switch reads
+			}
+			// The topics of which a partition is sent (a topic listed without partitions asks
+			// nothing of it).
+			var names []string
+			switch r := req.(type) {
+			case *kmsg.ProduceRequest:
+				for _, t := range r.Topics {
+					if len(t.Partitions) > 0 {
+						names = append(names, t.Topic)
+					}
+				}
+			case *kmsg.FetchRequest:
+				for _, t := range r.Topics {
+					if len(t.Partitions) > 0 {
+						names = append(names, t.Topic)
+					}
+				}
+			case *kmsg.ListOffsetsRequest:
+				for _, t := range r.Topics {
+					if len(t.Partitions) > 0 {
+						names = append(names, t.Topic)
+					}
+				}
+			case *kmsg.OffsetForLeaderEpochRequest:
+				for _, t := range r.Topics {
+					if len(t.Partitions) > 0 {
+						names = append(names, t.Topic)
+					}
+				}
+			}
+			for _, n := range names {
+				if n == "promo" || (n == "sealed" && h.key == int16(kmsg.Produce)) {
+					t.Fatalf("%s of %s reached the source", kmsg.NameForKey(h.key), n)
+				}
+			}
+		}
 	})
 }
