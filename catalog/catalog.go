@@ -226,7 +226,10 @@ func (c *Catalog) Promotion(name string) (t Topic, sealed, promoted bool) {
 	defer c.mu.RUnlock()
 	id, ok := c.byName[name]
 	m := c.marks[id]
-	if !ok || m == nil {
+	if ok && m == nil {
+		return Topic{Name: name}, false, false // the destination's topic of that name has no mark
+	}
+	if !ok {
 		// A source-only instance may not have learned the name: the mark names its topic.
 		// (The carrier checks the destination's id before it writes.)
 		for mid, mm := range c.marks {

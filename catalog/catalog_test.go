@@ -67,3 +67,39 @@ func FuzzMarkRecord(f *testing.F) {
 		}
 	})
 }
+
+// What source connections do with a topic's writes follows its mark: sealed, then promoted;
+// a destination topic of the same name without a mark (the promoted one deleted and another
+// made) is the source's again; an instance that never learned the name goes by the mark.
+func TestPromotion(t *testing.T) {
+	c := empty()
+	id := TopicID{7}
+	put := func(m rules.Mark) {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.apply(&kgo.Record{Key: []byte(IDString(id)), Value: b})
+	}
+	check := func(what string, wantSealed, wantPromoted bool, wantSwitching int64) {
+		t.Helper()
+		_, sealed, promoted := c.Promotion("orders")
+		if sealed != wantSealed || promoted != wantPromoted || c.switching.Load() != wantSwitching {
+			t.Fatalf("%s: sealed %v promoted %v switching %d", what, sealed, promoted, c.switching.Load())
+		}
+	}
+	put(rules.Mark{Version: 1, TopicID: IDString(id), Topic: "orders"})
+	check("a mirror topic", false, false, 0)
+	put(rules.Mark{Version: 1, TopicID: IDString(id), Topic: "orders", Sealed: true})
+	check("sealed, name not learned", true, false, 1)
+	if !c.HasSwitching() || c.Promotions() != 0 {
+		t.Fatal("a seal is switching and no promotion")
+	}
+	put(rules.Mark{Version: 1, TopicID: IDString(id), Topic: "orders", Removed: true})
+	check("promoted", false, true, 1)
+	if c.Promotions() != 1 {
+		t.Fatalf("promotions %d, want 1", c.Promotions())
+	}
+	c.learn("orders", TopicID{8}) // another destination topic of that name, no mark
+	check("recreated as an ordinary topic", false, false, 1)
+}
