@@ -625,6 +625,16 @@ func TestPromotion(t *testing.T) {
 	if n := hwm(ctx, t, e.d, topic, 0); n != 2 {
 		t.Fatalf("end offset %d after promotion and one ordinary write, want 2", n)
 	}
+	// A mirror still writing the promoted topic is refused, with or without the magic header.
+	for _, magic := range []bool{true, false} {
+		resp := e.rawProduce(ctx, e.mirror, magic, map[string]int32{topic: 0})
+		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != rules.ErrPolicyViolation || p.ErrorMessage == nil || !strings.Contains(*p.ErrorMessage, "was promoted") {
+			t.Fatalf("the mirroring client writing the promoted topic (magic %v): %d %v", magic, p.ErrorCode, p.ErrorMessage)
+		}
+	}
+	if n := hwm(ctx, t, e.d, topic, 0); n != 2 {
+		t.Fatalf("end offset %d after the mirror's refused writes, want 2", n)
+	}
 	rc, err := e.admin(e.other).DescribeTopicConfigs(ctx, topic)
 	if err != nil {
 		t.Fatal(err)

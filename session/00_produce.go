@@ -175,6 +175,11 @@ func produceDecide(s *Session, r *request) error {
 						partition: p.Partition, records: append([]byte(nil), p.Records...)})
 				}
 			}
+		case s.cfg.Catalog.Removed(info.ID) && (atOffset || isMirroring(policy, s.ident, name)):
+			// A mirror still running after the promotion (or a produce-at-offset request) would
+			// write source batches as ordinary records, after the promoted topic's own, under
+			// the source's producer ids: never written.
+			refuse(rules.ErrPolicyViolation, fmt.Sprintf("offsetgate: %s was promoted: it takes ordinary writes, not a mirror's (stop the mirror of it); nothing was written", name))
 		case s.cfg.Catalog.Removed(info.ID):
 			// A topic promoted from a mirror keeps its source view: consumers read source
 			// offsets, so its producers are told their records' offsets in the same terms.
@@ -210,6 +215,12 @@ func produceDecide(s *Session, r *request) error {
 	}
 	finishRefused(s, r, req, refused)
 	return nil
+}
+
+// isMirroring reports whether the identity is an approved mirroring client of the topic.
+func isMirroring(policy *rules.Policy, id rules.Identity, topic string) bool {
+	_, ok := policy.Approved(id, topic)
+	return ok
 }
 
 // produceRefuse answers every partition of a Produce itself (a wait for the destination that
