@@ -9,9 +9,10 @@ package moves
 // mirror's writer, clients of destination listeners) have ids from the destination's
 // allocator, which starts at 0 like the source's: the same number could name two producers
 // there, and one's sequences would be taken for the other's (a false duplicate is a lost
-// write). So a carried batch's producer id is raised by SourcePIDBase, far above anything an
-// allocator hands out; its epoch and sequences are kept, so the destination checks the
-// producer's order and retries from then on as the source did.
+// write). So a carried batch's producer id gets bit 62 set (SourcePIDBit): Kafka's allocator
+// hands out ids from 0 upwards and never comes near it (a cluster that draws random ids, as
+// kfake does, meets a clash once in 2^62); its epoch and sequences are kept, so the
+// destination checks the producer's order and retries from then on as the source did.
 //
 // The one retry the destination cannot judge is of a batch the source wrote before the
 // promotion whose answer the producer never got: the mirror copied it, under the mirror's
@@ -40,9 +41,9 @@ import (
 	"offsetgate/wire"
 )
 
-// SourcePIDBase is added to a source producer's id when its batch is carried to the
-// destination (docs/DESIGN.md, "Producers and consumers at promotion").
-const SourcePIDBase int64 = 1 << 62
+// SourcePIDBit is set in a source producer's id when its batch is carried to the destination
+// (docs/DESIGN.md, "Producers and consumers at promotion").
+const SourcePIDBit int64 = 1 << 62
 
 // duplicateWindow is how many of a partition's newest mirrored batches are looked at for a
 // retried write: Kafka itself keeps five batches per producer.
@@ -189,9 +190,6 @@ func carriedBatch(lookup func(pid int64, epoch int16, seq int32, n int) view.Pro
 	if h.ProducerID < 0 {
 		return p.Records, ProduceResult{}, true
 	}
-	if h.ProducerID >= SourcePIDBase {
-		return nil, refused(kerr.InvalidRecord.Code, "producer id %d is beyond what a source cluster issues", h.ProducerID), false
-	}
 	m := lookup(h.ProducerID, h.ProducerEpoch, h.BaseSequence, duplicateWindow)
 	switch {
 	case m.Found:
@@ -202,7 +200,7 @@ func carriedBatch(lookup func(pid int64, epoch int16, seq int32, n int) view.Pro
 		return nil, refused(kerr.OutOfOrderSequenceNumber.Code, "sequence %d of producer %d was written on the source, in another batch", h.BaseSequence, h.ProducerID), false
 	}
 	out := append([]byte(nil), p.Records...)
-	binary.BigEndian.PutUint64(out[43:], uint64(h.ProducerID+SourcePIDBase))
+	binary.BigEndian.PutUint64(out[43:], uint64(h.ProducerID|SourcePIDBit))
 	binary.BigEndian.PutUint32(out[17:], batch.CRC(out))
 	return out, ProduceResult{}, true
 }

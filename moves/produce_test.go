@@ -48,7 +48,7 @@ func TestCarriedBatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.ProducerID != 7+SourcePIDBase || h.ProducerEpoch != 0 || h.BaseSequence != 20 {
+		if h.ProducerID != 7|SourcePIDBit || h.ProducerEpoch != 0 || h.BaseSequence != 20 {
 			t.Fatalf("carried as producer %d epoch %d sequence %d", h.ProducerID, h.ProducerEpoch, h.BaseSequence)
 		}
 		if !batch.Valid(out) {
@@ -68,6 +68,14 @@ func TestCarriedBatch(t *testing.T) {
 		_, res, ok := carriedBatch(mirrored, part(batch.Producer{ID: 7, Epoch: 0, Sequence: 5}, 0))
 		if ok || res.Code != kerr.OutOfOrderSequenceNumber.Code {
 			t.Fatalf("a batch overlapping mirrored sequences: carried %v, answered %+v", ok, res)
+		}
+	})
+	t.Run("random-id", func(t *testing.T) {
+		// A cluster that draws random producer ids (kfake) may issue one with bit 62 set.
+		const id = SourcePIDBit | 12345
+		out, _, ok := carriedBatch(mirrored, part(batch.Producer{ID: id, Epoch: 0, Sequence: 0}, 0))
+		if h, _ := batch.ReadHeader(out); !ok || h.ProducerID != id {
+			t.Fatalf("a producer id with bit 62 set: carried %v as %d", ok, h.ProducerID)
 		}
 	})
 	t.Run("other-producer", func(t *testing.T) {

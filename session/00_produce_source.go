@@ -1,12 +1,13 @@
 package session
 
 // Produce (key 0) on a source connection, once a mirror topic is sealed for its promotion or
-// promoted (docs/DESIGN.md, "Producers and consumers at promotion"). Until then a source connection's
-// Produce is not even decoded.
+// promoted (docs/DESIGN.md, "Producers and consumers at promotion"). Until then a source
+// connection's Produce is not even decoded.
 //
-//   - A sealed topic's partitions are refused NOT_LEADER_OR_FOLLOWER, which producers retry:
-//     nothing more is written to the source, so the mirror can reach the source's end and the
-//     promotion go on.
+//   - A sealed topic's partitions are refused NOT_ENOUGH_REPLICAS, which producers retry after
+//     their retry backoff (NOT_LEADER_OR_FOLLOWER would have them wait for a metadata refresh,
+//     which clients space out by seconds): nothing more is written to the source, so the
+//     mirror can reach the source's end and the promotion go on.
 //   - A promoted topic's partitions are carried to the destination (Carrier.CarryProduce), in
 //     source offsets, so its producers go on without a restart.
 //   - Every other partition goes to the source as before, and the answers are put together in
@@ -78,7 +79,7 @@ func (s *Session) sourceProduceWith(r *request, names map[[16]byte]string) (bool
 			at := refusal{topic: t.Topic, topicID: t.TopicID, partition: p.Partition}
 			switch {
 			case sealed:
-				at.code = kerr.NotLeaderForPartition.Code
+				at.code = kerr.NotEnoughReplicas.Code
 				at.msg = fmt.Sprintf("offsetgate: %s is being promoted: its writes move to the destination in a moment (retry); nothing was written", name)
 				answered = append(answered, at)
 			case promoted:

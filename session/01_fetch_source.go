@@ -14,7 +14,8 @@ package session
 //
 // The destination part goes first: when the source part has partitions too, the destination is
 // asked not to wait, and the source part is told not to wait either when the destination had
-// records; otherwise the client's wait applies to the source part, at most maxMixedWait.
+// records; otherwise the client's wait applies to the source part. Each part of a fetch split
+// between brokers waits at most maxSplitWait.
 
 import (
 	"context"
@@ -25,10 +26,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// maxMixedWait bounds, in milliseconds, how long the source may hold a fetch whose promoted
-// partitions were fetched from the destination already: their next records are not asked for
-// until the source answers.
-const maxMixedWait = 500
+// maxSplitWait bounds, in milliseconds, the wait of each part of a fetch split between
+// brokers: the client gets its answer when every part has answered, so one broker with
+// nothing new must not hold back another's records for the client's whole wait (franz-go's
+// is 5 s). Split fetches cost an idle client a request per broker every maxSplitWait.
+const maxSplitWait = 100
 
 func fetchReqTopics(req *kmsg.FetchRequest) ([]reqTopic, [][16]byte) {
 	topics := make([]reqTopic, len(req.Topics))
@@ -78,7 +80,7 @@ func (s *Session) sourceFetchWith(r *request, names map[[16]byte]string) (bool, 
 		s.fetchGen = gen
 	}
 	if len(parts) == 0 {
-		return false, nil
+		return s.sealedFetch(r, req, topics, names)
 	}
 	// The asynchronous step outlives the frame's buffer: a copy of its own.
 	req = kmsg.NewPtrFetchRequest()
@@ -87,6 +89,33 @@ func (s *Session) sourceFetchWith(r *request, names map[[16]byte]string) (bool, 
 		return false, fmt.Errorf("%w: Fetch v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
 	s.carryFetch(r, req, topics, parts)
+	return true, nil
+}
+
+// sealedFetch bounds the wait of a fetch that names a sealed topic: the source's answer comes
+// back soon after the promotion, and the next fetch of the topic is carried to the
+// destination, instead of the source holding the client for its whole wait while the records
+// now go to the destination.
+func (s *Session) sealedFetch(r *request, req *kmsg.FetchRequest, topics []reqTopic, names map[[16]byte]string) (bool, error) {
+	if req.MaxWaitMillis <= maxSplitWait || req.ReplicaID >= 0 {
+		return false, nil
+	}
+	sealed := false
+	for _, t := range topics {
+		name := t.name
+		if req.Version >= 13 {
+			name = names[t.id]
+		}
+		if _, sl, _ := s.cfg.Moves.Promotion(name); sl && len(t.parts) > 0 {
+			sealed = true
+		}
+	}
+	if !sealed {
+		return false, nil
+	}
+	req.MaxWaitMillis = maxSplitWait
+	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
+	r.onResp = sourceAnswer(kmsg.Fetch)
 	return true, nil
 }
 
@@ -111,6 +140,12 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 				}
 			}
 		}
+		leaders := map[string]bool{}
+		for _, p := range parts {
+			if p.err == nil {
+				leaders[p.addr] = true
+			}
+		}
 		answers := sendByLeader(ctx, c, client, parts, func(idx []int) kmsg.Request {
 			d := kmsg.NewPtrFetchRequest()
 			d.Version = min(max(req.Version, 4), 12) // topics by name
@@ -118,6 +153,9 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 			d.MaxBytes, d.IsolationLevel = req.MaxBytes, req.IsolationLevel
 			if rest == 0 {
 				d.MaxWaitMillis, d.MinBytes = req.MaxWaitMillis, req.MinBytes
+				if len(leaders) > 1 {
+					d.MaxWaitMillis = min(d.MaxWaitMillis, maxSplitWait)
+				}
 			}
 			for _, i := range idx {
 				p := parts[i]
@@ -203,9 +241,8 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 			switch {
 			case records:
 				src.MaxWaitMillis = 0
-			case src.MaxWaitMillis > maxMixedWait:
-				// The destination's new records wait for the source's answer: not long.
-				src.MaxWaitMillis = maxMixedWait
+			case src.MaxWaitMillis > maxSplitWait:
+				src.MaxWaitMillis = maxSplitWait
 			}
 			src.Topics = nil
 			for ti, t := range req.Topics {

@@ -84,7 +84,7 @@ func TestSourceProduceSwitch(t *testing.T) {
 		want := map[string]struct {
 			code       int16
 			base, logs int64
-		}{"plain": {0, 5, -1}, "sealed": {kerr.NotLeaderForPartition.Code, -1, -1}, "promo": {0, 1000, 7}}
+		}{"plain": {0, 5, -1}, "sealed": {kerr.NotEnoughReplicas.Code, -1, -1}, "promo": {0, 1000, 7}}
 		if len(got.Topics) != 3 {
 			t.Fatalf("answer names %d topics, want 3: %+v", len(got.Topics), got.Topics)
 		}

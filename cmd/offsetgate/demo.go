@@ -47,8 +47,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "  3. the billing consumer group, one process never restarted, consumes through the same listener;")
 		fmt.Fprintln(stderr, "  4. after a phase, offsetgate cutover moves the group to the destination live: it drains, its")
 		fmt.Fprintln(stderr, "     commits are copied once mirrored, and it goes on with the destination's coordinator;")
-		fmt.Fprintln(stderr, "  5. the producer stops, the group reads to the end, the mirror catches up, and both clusters are")
-		fmt.Fprintln(stderr, "     compared record by record and with offsetgate verify's prover.")
+		fmt.Fprintln(stderr, "  5. offsetgate verify's prover compares both clusters batch by batch while the mirror follows;")
+		fmt.Fprintln(stderr, "  6. offsetgate promote retires the source while the producer writes: the topic is sealed, the mirror")
+		fmt.Fprintln(stderr, "     reaches the source's end, the mark is removed, and the producer and the group, never restarted,")
+		fmt.Fprintln(stderr, "     go on with the destination through the same listener;")
+		fmt.Fprintln(stderr, "  7. the producer stops, the group reads to the end, and both clusters are compared record by record.")
 		fmt.Fprintln(stderr, "Lines start with [demo] (the story) or [mirror] (offsetgate mirror's own output). Exit 0 when every")
 		fmt.Fprintln(stderr, "record is where it should be and was processed once, 1 otherwise. OFFSETGATE_DEMO_DEBUG=1 in the")
 		fmt.Fprintln(stderr, "environment also prints offsetgate's and the consumer's logs (stderr).")
@@ -145,6 +148,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// loop, never by cancelling records it handed over: every record it produced is
 	// acknowledged and counted.
 	var produced atomic.Int64
+	var ackMu sync.Mutex
+	var acks []time.Time // when each record was acknowledged
 	var producing atomic.Bool
 	producing.Store(true)
 	defer producing.Store(false)
@@ -166,6 +171,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 					return
 				}
 				produced.Add(1)
+				ackMu.Lock()
+				acks = append(acks, time.Now())
+				ackMu.Unlock()
 			})
 			time.Sleep(2 * time.Millisecond)
 		}
@@ -247,79 +255,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case <-time.After(*phase):
 	case <-ctx.Done():
 	}
-	producing.Store(false)
-	pwg.Wait()
-	if err := prod.Flush(ctx); err != nil {
-		return fail("producer", err)
-	}
-	if err, _ := produceErr.Load().(error); err != nil {
-		return fail("producer", err)
-	}
-	ends, err := sadm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fail("source end offsets", err)
-	}
-	say("the producer stopped after %d records; the billing group reads on to the end of every partition", produced.Load())
-	deadline := time.Now().Add(time.Minute)
-	for drained := false; !drained; {
-		drained = true
-		seenMu.Lock()
-		ends.Each(func(o kadm.ListedOffset) { drained = drained && pr[o.Partition] >= o.Offset })
-		seenMu.Unlock()
-		if !drained && time.Now().After(deadline) {
-			stopConsumer()
-			return fail("billing group", fmt.Errorf("read up to %v of %v after a minute", pr, endsOf(ends)))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stopConsumer()
-	if err := <-cdone; err != nil {
-		return fail("billing group", err)
-	}
-	seenMu.Lock()
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
-	var pause time.Duration
-	for i := 1; i < len(times); i++ {
-		if times[i].After(moveStart) && times[i-1].Before(time.Unix(0, moved.Load()).Add(5*time.Second)) {
-			pause = max(pause, times[i].Sub(times[i-1]))
-		}
-	}
-	seenMu.Unlock()
-	say("the billing consumer was never restarted; its longest pause around the move: %v", pause.Round(time.Millisecond))
-	// The group's commits are on the destination, read back through offsetgate in source terms.
-	dcommits, err := dadm.FetchOffsets(ctx, group)
-	if err != nil || dcommits.Error() != nil {
-		return fail("the group on the destination", fmt.Errorf("%v %v", err, dcommits.Error()))
-	}
-	say("the group's commits on the destination (destination offsets, which offsetgate serves as the source's): %v", offsetsOf(dcommits))
 
-	// The mirror catches up; then both clusters are compared.
-	for {
-		se, _ := sadm.ListEndOffsets(ctx, topic)
-		de, _ := dadm.ListEndOffsets(ctx, topic)
-		if fmt.Sprint(endsOf(se)) == fmt.Sprint(endsOf(de)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			stopMirror()
-			return fail("catching up", fmt.Errorf("source %v, destination %v", endsOf(se), endsOf(de)))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	stopMirror()
-	if err := <-mdone; err != nil {
-		return fail("mirror", err)
-	}
-	diff, total, err := compare(ctx, src.ListenAddrs(), dst.ListenAddrs(), topic)
-	if err != nil {
-		return fail("comparing", err)
-	}
-	if diff != "" {
-		say("MISMATCH: %s", diff)
-		return 1
-	}
-	// The prover, as `offsetgate verify` runs it: raw batches from the source and through
-	// offsetgate, every header field and the records.
+	// The prover, as `offsetgate verify` runs it while the mirror follows: raw batches from the
+	// source and through offsetgate, every header field and the records, over what both hold.
 	vsrc, err := kgo.NewClient(kgo.SeedBrokers(src.ListenAddrs()...))
 	if err != nil {
 		return fail("verify", err)
@@ -340,6 +278,116 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+
+	// The promotion, as an operator runs it (offsetgate promote --source --wait), while the
+	// producer and the group go on: sealed, the mirror reaches the source's end, promoted.
+	say("offsetgate promote --topic %s --source ... --wait 1m: the source is retired while the producer writes", topic)
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(ogAddr), tlsFor(mirrorID))
+	if err != nil {
+		return fail("promote", err)
+	}
+	defer pcl.Close()
+	promoteStart := time.Now()
+	pres, err := mirror.Promote(ctx, pcl, topic, mirror.PromoteOptions{Source: vsrc, Wait: time.Minute,
+		Progress: func(msg string) { say("promote: %s", msg) }})
+	if err != nil {
+		return fail("promote", err)
+	}
+	if pres.Late > 0 {
+		return fail("promote", fmt.Errorf("the source took %d records after the promotion", pres.Late))
+	}
+	promotedAt, promoteDone := produced.Load(), time.Now()
+	say("%s promoted in %v; the producer and the billing consumer go on in the same processes, their requests for it now carried to the destination",
+		topic, time.Since(promoteStart).Round(time.Millisecond))
+	select {
+	case <-time.After(*phase):
+	case <-ctx.Done():
+	}
+	producing.Store(false)
+	pwg.Wait()
+	if err := prod.Flush(ctx); err != nil {
+		return fail("producer", err)
+	}
+	if err, _ := produceErr.Load().(error); err != nil {
+		return fail("producer", err)
+	}
+	// The topic's end is the destination's now (its offsets are the source's: the mirror
+	// started at 0 on both).
+	ends, err := dadm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fail("destination end offsets", err)
+	}
+	say("the producer stopped after %d records, %d of them after the promotion; the billing group reads on to the end of every partition",
+		produced.Load(), produced.Load()-promotedAt)
+	deadline := time.Now().Add(time.Minute)
+	for drained := false; !drained; {
+		drained = true
+		seenMu.Lock()
+		ends.Each(func(o kadm.ListedOffset) { drained = drained && pr[o.Partition] >= o.Offset })
+		seenMu.Unlock()
+		if !drained && time.Now().After(deadline) {
+			stopConsumer()
+			return fail("billing group", fmt.Errorf("read up to %v of %v after a minute", pr, endsOf(ends)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopConsumer()
+	if err := <-cdone; err != nil {
+		return fail("billing group", err)
+	}
+	seenMu.Lock()
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	// The longest gap between two processed records from a step's start until shortly after
+	// it ended (the move's window stops where the promotion starts).
+	longest := func(from, to time.Time) time.Duration {
+		var gap time.Duration
+		for i := 1; i < len(times); i++ {
+			if times[i].After(from) && times[i-1].Before(to) {
+				gap = max(gap, times[i].Sub(times[i-1]))
+			}
+		}
+		return gap
+	}
+	moveEnd := time.Unix(0, moved.Load()).Add(5 * time.Second)
+	if moveEnd.After(promoteStart) {
+		moveEnd = promoteStart
+	}
+	pause := longest(moveStart, moveEnd)
+	promotePause := longest(promoteStart, promoteDone.Add(5*time.Second))
+	seenMu.Unlock()
+	ackMu.Lock()
+	sort.Slice(acks, func(i, j int) bool { return acks[i].Before(acks[j]) })
+	var held time.Duration
+	for i := 1; i < len(acks); i++ {
+		if acks[i].After(promoteStart) && acks[i-1].Before(promoteDone.Add(5*time.Second)) {
+			held = max(held, acks[i].Sub(acks[i-1]))
+		}
+	}
+	ackMu.Unlock()
+	say("the billing consumer was never restarted; its longest pause around the move: %v, around the promotion: %v; the producer's around the promotion: %v (the seal holds it until the mirror has the source's end)",
+		pause.Round(time.Millisecond), promotePause.Round(time.Millisecond), held.Round(time.Millisecond))
+	// The group's commits are on the destination, read back through offsetgate in source terms.
+	dcommits, err := dadm.FetchOffsets(ctx, group)
+	if err != nil || dcommits.Error() != nil {
+		return fail("the group on the destination", fmt.Errorf("%v %v", err, dcommits.Error()))
+	}
+	say("the group's commits on the destination (destination offsets, which offsetgate serves as the source's): %v", offsetsOf(dcommits))
+
+	// The mirror has nothing more to copy since the seal; both clusters are compared: the
+	// source's records are on the destination at the same offsets, and after them the
+	// records written since the promotion.
+	stopMirror()
+	if err := <-mdone; err != nil {
+		return fail("mirror", err)
+	}
+	diff, total, after, err := compare(ctx, src.ListenAddrs(), dst.ListenAddrs(), topic)
+	if err != nil {
+		return fail("comparing", err)
+	}
+	if diff != "" {
+		say("MISMATCH: %s", diff)
+		return 1
+	}
 	repeated, reads := 0, 0
 	for _, n := range seen {
 		reads += n
@@ -348,18 +396,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	say("verified: %d records are at the same offsets with the same keys and values on source and destination", total)
+	say("promoted: %d records written after the promotion are on the destination only, right after them", after)
 	// The numbers add up: what the group read in both places is every record produced, each
 	// once; anything else is said, with what it means.
 	say("billing: %d records processed before the move + %d after = %d; %d distinct records, %d read more than once; the producer wrote %d",
 		beforeMove.Load(), afterMove.Load(), beforeMove.Load()+afterMove.Load(), len(seen), repeated, produced.Load())
 	switch {
-	case int64(len(seen)) == produced.Load() && repeated == 0 && int64(total) == produced.Load():
-		say("every record produced was mirrored and processed exactly once")
+	case int64(len(seen)) == produced.Load() && repeated == 0 && int64(total+after) == produced.Load():
+		say("every record produced was mirrored or carried, and processed exactly once")
 		return 0
 	case repeated > 0:
 		say("MISMATCH: %d records were processed twice (%d reads of %d distinct records)", repeated, reads, len(seen))
 	default:
-		say("MISMATCH: %d records produced, %d on the destination, %d processed", produced.Load(), total, len(seen))
+		say("MISMATCH: %d records produced, %d on the destination, %d processed", produced.Load(), total+after, len(seen))
 	}
 	return 1
 }
@@ -412,7 +461,11 @@ func endsOf(o kadm.ListedOffsets) map[int32]int64 {
 }
 
 // compare reads a topic from both clusters and reports the first difference.
-func compare(ctx context.Context, a, b []string, topic string) (string, int, error) {
+// compare reads a topic on the source (a) and the destination (b) and checks that every
+// record of the source is on the destination at the same offset with the same key and value;
+// it returns a difference, if any, how many records matched, and how many the destination
+// holds after them (written there after a promotion).
+func compare(ctx context.Context, a, b []string, topic string) (string, int, int, error) {
 	read := func(addrs []string) (map[int32][]*kgo.Record, error) {
 		adm := kadm.NewClient(clientOrNil(addrs))
 		defer adm.Close()
@@ -441,13 +494,13 @@ func compare(ctx context.Context, a, b []string, topic string) (string, int, err
 	}
 	sa, err := read(a)
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
 	sb, err := read(b)
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
-	total := 0
+	total, after := 0, 0
 	parts := make([]int32, 0, len(sa))
 	for p := range sa {
 		parts = append(parts, p)
@@ -455,17 +508,23 @@ func compare(ctx context.Context, a, b []string, topic string) (string, int, err
 	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
 	for _, p := range parts {
 		ra, rb := sa[p], sb[p]
-		if len(ra) != len(rb) {
-			return fmt.Sprintf("partition %d: %d records on the source, %d on the destination", p, len(ra), len(rb)), total, nil
+		if len(ra) > len(rb) {
+			return fmt.Sprintf("partition %d: %d records on the source, %d on the destination", p, len(ra), len(rb)), total, after, nil
+		}
+		for i, r := range rb[len(ra):] {
+			if want := int64(len(ra) + i); len(ra) > 0 && r.Offset != ra[0].Offset+want {
+				return fmt.Sprintf("partition %d: a record after the promotion at %d, want %d", p, r.Offset, ra[0].Offset+want), total, after, nil
+			}
+			after++
 		}
 		for i := range ra {
 			if ra[i].Offset != rb[i].Offset || string(ra[i].Key) != string(rb[i].Key) || string(ra[i].Value) != string(rb[i].Value) {
-				return fmt.Sprintf("partition %d record %d: source offset %d, destination offset %d", p, i, ra[i].Offset, rb[i].Offset), total, nil
+				return fmt.Sprintf("partition %d record %d: source offset %d, destination offset %d", p, i, ra[i].Offset, rb[i].Offset), total, after, nil
 			}
 			total++
 		}
 	}
-	return "", total, nil
+	return "", total, after, nil
 }
 
 func demoKgoLevel() kgo.LogLevel {
