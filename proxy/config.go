@@ -112,6 +112,12 @@ type SourceConfig struct {
 	// SASL is offsetgate's own login on the source (its Metadata requests); a SASL listener
 	// needs it, as it needs upstream_sasl for the destination.
 	SASL *SASLConfig `yaml:"sasl"`
+	// CarryLogins lets a SASL source listener carry promoted topics' requests to the
+	// destination: its clients logged in to the source, which authorized them, and the
+	// destination sees offsetgate's login instead. Without it those requests are refused
+	// TOPIC_AUTHORIZATION_FAILED (a listener without SASL carries them: the source saw
+	// offsetgate's connection, not the client's login, there too).
+	CarryLogins bool `yaml:"carry_logins"`
 }
 
 // DefaultSourceNodeIDOffset is source.node_id_offset's default.

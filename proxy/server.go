@@ -198,6 +198,7 @@ func (s *Server) sessionConfig(log *zap.Logger, mapped bool, ln *listener, node 
 			ClientHighWater: s.cfg.Limits.ClientHighWaterBytes,
 			Addresses:       ln.srcAddrs,
 			NodeShift:       s.cfg.Source.NodeIDOffset,
+			CarryLogins:     s.cfg.Source.CarryLogins,
 			Moves:           s.moves,
 			Observer:        observer{s.metrics},
 			Log:             log,

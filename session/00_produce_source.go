@@ -82,6 +82,9 @@ func (s *Session) sourceProduceWith(r *request, names map[[16]byte]string) (bool
 				at.code = kerr.NotEnoughReplicas.Code
 				at.msg = fmt.Sprintf("offsetgate: %s is being promoted: its writes move to the destination in a moment (retry); nothing was written", name)
 				answered = append(answered, at)
+			case promoted && !s.carries():
+				at.code, at.msg = kerr.TopicAuthorizationFailed.Code, notCarried(name)
+				answered = append(answered, at)
 			case promoted:
 				parts = append(parts, moves.ProducePart{Topic: name, Partition: p.Partition, Records: p.Records})
 				carried = append(carried, at)

@@ -219,7 +219,7 @@ func FuzzSourceClient(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &recordingCarrier{dest: func(req kmsg.Request) kmsg.Response { return req.ResponseKind() }}
 		fc := &syncConn{posted: make(chan func(), 16)}
-		s := New(Config{NodeShift: 1000, MaxFrame: 1 << 20, Addresses: &presented{real: map[int32]string{}},
+		s := New(Config{NodeShift: 1000, NoSASL: true, MaxFrame: 1 << 20, Addresses: &presented{real: map[int32]string{}},
 			Moves: &movesOf{carrier: c, sealed: map[string]bool{"sealed": true}, promoted: map[string]bool{"promo": true}}}, fc)
 		defer s.Close()
 		if _, err := s.HandleClient(in); err != nil {

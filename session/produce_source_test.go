@@ -19,7 +19,7 @@ func TestSourceProduceSwitch(t *testing.T) {
 	newSession := func() (*Session, *syncConn, *recordingCarrier) {
 		c := &recordingCarrier{names: map[[16]byte]string{{1}: "plain", {2}: "promo"}}
 		fc := &syncConn{posted: make(chan func(), 16)}
-		s := New(Config{NodeShift: 1000, Addresses: &presented{real: map[int32]string{}},
+		s := New(Config{NodeShift: 1000, NoSASL: true, Addresses: &presented{real: map[int32]string{}},
 			Moves: &movesOf{carrier: c, sealed: map[string]bool{"sealed": true}, promoted: map[string]bool{"promo": true}}}, fc)
 		return s, fc, c
 	}
@@ -223,7 +223,7 @@ func TestSourceFetchPromoted(t *testing.T) {
 			return req.ResponseKind()
 		}}
 		fc := &syncConn{posted: make(chan func(), 16)}
-		s := New(Config{NodeShift: 1000, Addresses: &presented{real: map[int32]string{}},
+		s := New(Config{NodeShift: 1000, NoSASL: true, Addresses: &presented{real: map[int32]string{}},
 			Moves: &movesOf{carrier: c, promoted: map[string]bool{"promo": true}}}, fc)
 		return s, fc, c
 	}
@@ -334,4 +334,55 @@ func TestSourceFetchPromoted(t *testing.T) {
 			t.Fatal("the destination was asked with the source's epoch, or the source was asked")
 		}
 	})
+}
+
+// A SASL source listener passes its clients' logins to the source, which authorizes each: a
+// promoted topic's requests are refused rather than carried with offsetgate's login, unless
+// the listener is told to carry them.
+func TestSourceSASLNotCarried(t *testing.T) {
+	for _, carry := range []bool{false, true} {
+		c := &recordingCarrier{dest: func(req kmsg.Request) kmsg.Response { return req.ResponseKind() }}
+		fc := &syncConn{posted: make(chan func(), 16)}
+		s := New(Config{NodeShift: 1000, CarryLogins: carry, Addresses: &presented{real: map[int32]string{}},
+			Moves: &movesOf{carrier: c, promoted: map[string]bool{"promo": true}}}, fc)
+		p := kmsg.NewPtrProduceRequest()
+		p.SetVersion(9)
+		p.Acks = -1
+		pt := kmsg.NewProduceRequestTopic()
+		pt.Topic = "promo"
+		pp := kmsg.NewProduceRequestTopicPartition()
+		pp.Records = []byte("records")
+		pt.Partitions = append(pt.Partitions, pp)
+		p.Topics = append(p.Topics, pt)
+		f := kmsg.NewPtrFetchRequest()
+		f.SetVersion(12)
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = "promo"
+		ft.Partitions = append(ft.Partitions, kmsg.NewFetchRequestTopicPartition())
+		f.Topics = append(f.Topics, ft)
+		// One at a time: a request waiting for the destination holds back the client's next.
+		if _, err := s.HandleClient(reqFrame(p, 1)); err != nil {
+			t.Fatal(err)
+		}
+		fc.answers(t, 1)
+		if _, err := s.HandleClient(reqFrame(f, 2)); err != nil {
+			t.Fatal(err)
+		}
+		out := fc.answers(t, 2)
+		var pr kmsg.ProduceResponse
+		readAnswer(t, out[0], &pr, 9)
+		var fr kmsg.FetchResponse
+		readAnswer(t, out[1], &fr, 12)
+		pc, fcode := pr.Topics[0].Partitions[0].ErrorCode, fr.Topics[0].Partitions[0].ErrorCode
+		if !carry {
+			if pc != kerr.TopicAuthorizationFailed.Code || fcode != kerr.TopicAuthorizationFailed.Code || len(c.writes) != 0 || len(c.sent) != 0 {
+				t.Fatalf("not carrying: produce %d, fetch %d, %d writes and %d requests carried", pc, fcode, len(c.writes), len(c.sent))
+			}
+		} else if len(c.writes) != 1 || pc != 0 {
+			t.Fatalf("carrying logins: produce %d, %d writes carried", pc, len(c.writes))
+		}
+		if len(fc.forwarded(t)) != 0 {
+			t.Fatal("a promoted topic's request reached the source")
+		}
+	}
 }

@@ -11,6 +11,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -38,6 +39,25 @@ type promotedPart struct {
 	pv        *view.Partition
 	addr      string
 	err       error // its view or its leader could not be found
+	// refuse, when not zero, answers the partition without carrying it (carries says why).
+	refuse int16
+}
+
+// carries reports whether this connection's requests for promoted topics may be carried to
+// the destination, with offsetgate's login there. A listener that takes SASL logins passes
+// them to the source, which then authorizes each client by its own login; the destination
+// would see offsetgate's instead, so a client the source would have refused could read or
+// write there. Such a listener carries only when told to (source.carry_logins). Without SASL
+// the source saw offsetgate's connection, not the client's login, already.
+func (s *Session) carries() bool {
+	return s.cfg.NoSASL || s.cfg.UpstreamLoggedIn || s.cfg.CarryLogins
+}
+
+// notCarried is the refusal of a promoted topic's partition on a connection that carries
+// nothing.
+func notCarried(topic string) string {
+	return fmt.Sprintf("offsetgate: %s was promoted and its records are on the destination, where this listener does not carry clients' requests "+
+		"(their SASL login reached the source only): connect to a destination listener, or set source.carry_logins", topic)
 }
 
 // promotedParts lists the partitions of promoted topics among a request's topics (names: the
@@ -54,7 +74,11 @@ func (s *Session) promotedParts(topics []reqTopic, byID bool, names map[[16]byte
 			continue
 		}
 		for pi, p := range t.parts {
-			out = append(out, promotedPart{ti: ti, pi: pi, name: info.Name, id: info.ID, partition: p})
+			pp := promotedPart{ti: ti, pi: pi, name: info.Name, id: info.ID, partition: p}
+			if !s.carries() {
+				pp.refuse = kerr.TopicAuthorizationFailed.Code
+			}
+			out = append(out, pp)
 		}
 	}
 	return out
@@ -102,6 +126,10 @@ func (s *Session) withSourceNames(r *request, ids [][16]byte, decide func(names 
 func locate(ctx context.Context, c Carrier, parts []promotedPart) {
 	for i := range parts {
 		p := &parts[i]
+		if p.refuse != 0 {
+			p.err = errNotCarried
+			continue
+		}
 		pv, err := c.SourceView(ctx, p.name, p.partition)
 		if err == nil && pv == nil {
 			err = fmt.Errorf("%s has no source view on the destination", p.name)
@@ -114,6 +142,8 @@ func locate(ctx context.Context, c Carrier, parts []promotedPart) {
 		p.addr, p.err = c.DestLeader(ctx, p.name, p.id, p.partition)
 	}
 }
+
+var errNotCarried = errors.New("not carried on this connection")
 
 // leaderAnswer is one destination broker's answer to the request of its parts.
 type leaderAnswer struct {
@@ -150,6 +180,9 @@ func sendByLeader(ctx context.Context, c Carrier, clientID string, parts []promo
 // partErr is the error code a part is answered with when it could not be carried: retriable,
 // so the client asks again (and the carrier looks for the leader again).
 func partErr(c Carrier, p promotedPart, a leaderAnswer) int16 {
+	if p.refuse != 0 {
+		return p.refuse
+	}
 	if p.err != nil || a.err != nil {
 		c.ForgetLeader(p.name, p.partition)
 	}

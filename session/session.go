@@ -111,6 +111,10 @@ type Config struct {
 	NodeShift int32
 	// Moves, on a source connection, is the groups' live moves (moves.go).
 	Moves Moves
+	// CarryLogins, on a source connection of a SASL listener, lets promoted topics' requests
+	// be carried to the destination although the client's own login reached the source only
+	// (promoted.go).
+	CarryLogins bool
 	// WaitTimeout bounds a request's wait for the destination: lookups, source-view loads and
 	// durable writes (DefaultWaitTimeout when zero).
 	WaitTimeout time.Duration
