@@ -271,6 +271,9 @@ func (r *request) detach() {
 	}
 	r.frame = append([]byte(nil), r.frame...)
 	r.body = r.frame[4+r.h.bodyOff:]
+	// The header's client id points into the frame it was read from, which the connection
+	// reuses: a finishing step that reads it (a carrier's client id) must see a copy.
+	r.h.clientID = append([]byte(nil), r.h.clientID...)
 	r.detached = true
 }
 

@@ -53,8 +53,9 @@ type recordingCarrier struct {
 	closed bool
 	// writes are the carried partitions of promoted topics; each is answered at base
 	// offset 1000 + its index.
-	writes []moves.ProducePart
-	names  map[[16]byte]string
+	writes  []moves.ProducePart
+	clients []string // the client id of each CarryProduce
+	names   map[[16]byte]string
 	cached map[[16]byte]string
 	// Promoted topics' partitions: their views, the requests sent to the destination and its
 	// answers.
@@ -63,9 +64,10 @@ type recordingCarrier struct {
 	dest  func(kmsg.Request) kmsg.Response
 }
 
-func (c *recordingCarrier) CarryProduce(_ context.Context, _ string, _, _ int16, _ int32, parts []moves.ProducePart) []moves.ProduceResult {
+func (c *recordingCarrier) CarryProduce(_ context.Context, client string, _, _ int16, _ int32, parts []moves.ProducePart) []moves.ProduceResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.clients = append(c.clients, client)
 	var out []moves.ProduceResult
 	for _, p := range parts {
 		out = append(out, moves.ProduceResult{BaseOffset: int64(1000 + len(c.writes)), LogAppendTime: -1, LogStartOffset: 7})

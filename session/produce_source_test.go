@@ -115,10 +115,16 @@ func TestSourceProduceSwitch(t *testing.T) {
 	})
 
 	t.Run("by-id", func(t *testing.T) {
-		// Produce v13 names topics by the source's ids: {1} is plain, {2} promoted.
+		// Produce v13 names topics by the source's ids: {1} is plain, {2} promoted. The
+		// connection reuses its read buffer at once: what is carried later keeps its own copy
+		// (the client id included).
 		s, fc, c := newSession()
-		if _, err := s.HandleClient(reqFrame(produce(13, -1, "plain", "promo"), 1)); err != nil {
+		in := reqFrame(produce(13, -1, "plain", "promo"), 1)
+		if _, err := s.HandleClient(in); err != nil {
 			t.Fatal(err)
+		}
+		for i := range in {
+			in[i] = 'X'
 		}
 		var up [][]byte
 		for i := 0; i < 200 && len(up) == 0; i++ {
@@ -137,8 +143,8 @@ func TestSourceProduceSwitch(t *testing.T) {
 		if len(fwd.Topics) != 1 || fwd.Topics[0].TopicID != [16]byte{1} {
 			t.Fatalf("the source was sent %+v, want topic id 1 alone", fwd.Topics)
 		}
-		if len(c.writes) != 1 || c.writes[0].Topic != "promo" {
-			t.Fatalf("carried %+v, want promo by its name", c.writes)
+		if len(c.writes) != 1 || c.writes[0].Topic != "promo" || c.clients[0] != "test-client" {
+			t.Fatalf("carried %+v for %q, want promo by its name for test-client", c.writes, c.clients)
 		}
 		answer := kmsg.NewPtrProduceResponse()
 		answer.Version = 13
