@@ -56,7 +56,7 @@ type recordingCarrier struct {
 	writes  []moves.ProducePart
 	clients []string // the client id of each CarryProduce
 	names   map[[16]byte]string
-	cached map[[16]byte]string
+	cached  map[[16]byte]string
 	// Promoted topics' partitions: their views, the requests sent to the destination and its
 	// answers.
 	views map[partKey]*view.Partition
