@@ -37,15 +37,23 @@ func (s *Session) sourceProduce(r *request) (decided bool, err error) {
 			ids = append(ids, t.TopicID)
 		}
 	}
-	return s.withSourceNames(r, ids, func(names map[[16]byte]string) (bool, error) { return s.sourceProduceWith(r, names) })
+	later := false
+	decided, err = s.withSourceNames(r, ids, func(names map[[16]byte]string) (bool, error) {
+		if later {
+			// Read again, in place: the request was copied for the asynchronous step.
+			req = kmsg.NewPtrProduceRequest()
+			req.SetVersion(r.h.version)
+			if err := req.UnsafeReadFrom(r.body); err != nil {
+				return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
+			}
+		}
+		return s.sourceProduceWith(r, req, names)
+	})
+	later = true // a call from now on finishes an asynchronous step
+	return decided, err
 }
 
-func (s *Session) sourceProduceWith(r *request, names map[[16]byte]string) (bool, error) {
-	req := kmsg.NewPtrProduceRequest()
-	req.SetVersion(r.h.version)
-	if err := req.UnsafeReadFrom(r.body); err != nil {
-		return false, fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
-	}
+func (s *Session) sourceProduceWith(r *request, req *kmsg.ProduceRequest, names map[[16]byte]string) (bool, error) {
 	switching := false
 	for _, t := range req.Topics {
 		name := t.Topic

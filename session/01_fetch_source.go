@@ -55,16 +55,23 @@ func (s *Session) sourceFetch(r *request) (bool, error) {
 		return false, fmt.Errorf("%w: Fetch v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
 	}
 	_, ids := fetchReqTopics(req)
-	return s.withSourceNames(r, ids, func(names map[[16]byte]string) (bool, error) { return s.sourceFetchWith(r, names) })
+	later := false
+	decided, err := s.withSourceNames(r, ids, func(names map[[16]byte]string) (bool, error) {
+		if later {
+			// Read again, in place: the request was copied for the asynchronous step.
+			req = kmsg.NewPtrFetchRequest()
+			req.SetVersion(r.h.version)
+			if err := req.UnsafeReadFrom(r.body); err != nil {
+				return false, fmt.Errorf("%w: Fetch v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
+			}
+		}
+		return s.sourceFetchWith(r, req, names)
+	})
+	later = true // a call from now on finishes an asynchronous step
+	return decided, err
 }
 
-func (s *Session) sourceFetchWith(r *request, names map[[16]byte]string) (bool, error) {
-	// Read again, in place: the request may have been copied since (an asynchronous step).
-	req := kmsg.NewPtrFetchRequest()
-	req.SetVersion(r.h.version)
-	if err := req.UnsafeReadFrom(r.body); err != nil {
-		return false, fmt.Errorf("%w: Fetch v%d on a source connection: %v", ErrUndecodable, r.h.version, err)
-	}
+func (s *Session) sourceFetchWith(r *request, req *kmsg.FetchRequest, names map[[16]byte]string) (bool, error) {
 	topics, _ := fetchReqTopics(req)
 	parts := s.promotedParts(topics, req.Version >= 13, names)
 	gen := s.cfg.Moves.Promotions()
@@ -244,19 +251,7 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 			case src.MaxWaitMillis > maxSplitWait:
 				src.MaxWaitMillis = maxSplitWait
 			}
-			src.Topics = nil
-			for ti, t := range req.Topics {
-				var keep []kmsg.FetchRequestTopicPartition
-				for pi, p := range t.Partitions {
-					if !isPromotedPart(parts, ti, pi) {
-						keep = append(keep, p)
-					}
-				}
-				if len(keep) > 0 {
-					t.Partitions = keep
-					src.Topics = append(src.Topics, t)
-				}
-			}
+			src.Topics = sourceTopics(req.Topics, func(t *kmsg.FetchRequestTopic) *[]kmsg.FetchRequestTopicPartition { return &t.Partitions }, parts)
 			r.replace = rebuild(r.frame, r.h, src.AppendTo(nil), s.cfg.Policy().Native())
 			r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
 				resp := kmsg.FetchResponse{Version: version}

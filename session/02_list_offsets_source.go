@@ -112,19 +112,7 @@ func (s *Session) sourceListOffsets(r *request) (bool, error) {
 				return nil
 			}
 			src := *req
-			src.Topics = nil
-			for ti, t := range req.Topics {
-				var keep []kmsg.ListOffsetsRequestTopicPartition
-				for pi, p := range t.Partitions {
-					if !isPromotedPart(parts, ti, pi) {
-						keep = append(keep, p)
-					}
-				}
-				if len(keep) > 0 {
-					t.Partitions = keep
-					src.Topics = append(src.Topics, t)
-				}
-			}
+			src.Topics = sourceTopics(req.Topics, func(t *kmsg.ListOffsetsRequestTopic) *[]kmsg.ListOffsetsRequestTopicPartition { return &t.Partitions }, parts)
 			r.replace = rebuild(r.frame, r.h, src.AppendTo(nil), s.cfg.Policy().Native())
 			r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
 				resp := kmsg.ListOffsetsResponse{Version: version}

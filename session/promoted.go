@@ -209,6 +209,25 @@ func restCount(topics []reqTopic, parts []promotedPart) int {
 	return n - len(parts)
 }
 
+// sourceTopics is a request's topics without the promoted parts: what goes to the source.
+// partsOf points at a topic's partitions.
+func sourceTopics[T, P any](topics []T, partsOf func(*T) *[]P, promoted []promotedPart) []T {
+	var out []T
+	for ti, t := range topics {
+		var keep []P
+		for pi, p := range *partsOf(&t) {
+			if !isPromotedPart(promoted, ti, pi) {
+				keep = append(keep, p)
+			}
+		}
+		if len(keep) > 0 {
+			*partsOf(&t) = keep
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 func isPromotedPart(parts []promotedPart, ti, pi int) bool {
 	for _, p := range parts {
 		if p.ti == ti && p.pi == pi {
