@@ -14,6 +14,10 @@ type metrics struct {
 	latency prometheus.Observer
 	snaps   *prometheus.CounterVec
 	loads   *prometheus.HistogramVec
+	// Requests to D's brokers and the batches they carried, by lane (ledger, data): their
+	// ratio is how much concurrent partitions share requests.
+	requests *prometheus.CounterVec
+	batches  *prometheus.CounterVec
 }
 
 // NewMetrics registers the produce-at-offset metrics.
@@ -34,7 +38,11 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 	m.loads = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "offsetgate_mirror_partition_load_seconds",
 		Help:    "Time to take a mirror partition over (snapshot, ledger tail, claim), by whether a snapshot was used.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"snapshot"})
-	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads)
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_mirror_produce_requests_total",
+		Help: "Produce requests sent to the destination for mirror writes, by lane (ledger appends, data)."}, []string{"lane"})
+	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_mirror_produce_batches_total",
+		Help: "Record batches those requests carried (one per partition per request at most), by lane."}, []string{"lane"})
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches)
 	return m
 }
 
@@ -50,6 +58,15 @@ func (m *metrics) observe(topic string, partition int32, r Result, n int, d time
 		m.halted.WithLabelValues(topic, ps).Set(1)
 	}
 	m.latency.Observe(d.Seconds())
+}
+
+// sent counts one request of a lane to D and its batches.
+func (m *metrics) sent(lane string) func(batches int) {
+	r, b := m.requests.WithLabelValues(lane), m.batches.WithLabelValues(lane)
+	return func(n int) {
+		r.Inc()
+		b.Add(float64(n))
+	}
 }
 
 func (m *metrics) snapshot(topic string) { m.snaps.WithLabelValues(topic).Inc() }

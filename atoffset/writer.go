@@ -32,6 +32,7 @@ import (
 	"offsetgate/ledger"
 	"offsetgate/rawread"
 	"offsetgate/rules"
+	"offsetgate/sink"
 	"offsetgate/wire"
 )
 
@@ -95,9 +96,6 @@ type Config struct {
 	Between func(id catalog.TopicID, partition int32, from, to int64) ([]ledger.Entry, error)
 }
 
-// pipelineDepth is how many batches of one partition are in flight at once.
-const pipelineDepth = 5
-
 // Result is the answer for one partition of a produce-at-offset request.
 type Result struct {
 	Code int16
@@ -122,57 +120,62 @@ type Writer struct {
 
 	mu    sync.Mutex
 	parts map[key]*part
-	pipes map[pipeKey]*pipeConn
+	sinks map[sinkKey]*sink.Sink
 }
 
-// pipeSlots is how many connections a writer keeps to each destination broker for pipelined
-// batch writes. A partition always uses the same one, so its batches stay in order; partitions
-// share them, so a thousand partitions do not cost a thousand connections to each broker.
-const pipeSlots = 8
-
-type pipeKey struct {
+// sinkKey names one batch sender: a destination broker and a lane of its.
+type sinkKey struct {
 	addr string
-	slot int
+	lane int
 }
 
-// pipeConn is one shared connection for pipelined writes; mu is held for one window of one
-// partition's batches.
-type pipeConn struct {
-	mu sync.Mutex
-	c  *wire.Conn
-}
+// Lanes of a destination broker: ledger appends have a connection of their own, so that a
+// write's ledger entry never queues behind other partitions' data (a broker answers a
+// connection's requests one at a time, acks=all replication included); data goes on
+// dataLanes connections by partition, each request of a lane carrying a batch of each of its
+// partitions that has one waiting. One data lane measured best (docs/benchmarks.md): more
+// lanes make thinner requests, and a partition's throughput is one batch per request either way.
+const (
+	ledgerLane = 0
+	dataLanes  = 1
+)
 
-// pipe is the shared connection of a partition to the broker at addr.
-func (w *Writer) pipe(addr string, p *part, partition int32) *pipeConn {
-	h := fnv.New32a()
-	h.Write(p.tid[:])
-	k := pipeKey{addr, int((h.Sum32() + uint32(partition)) % pipeSlots)}
+// sink is the batch sender of a lane of the destination broker at addr, shared by the
+// partitions it leads: concurrent partitions' batches share its requests.
+func (w *Writer) sink(addr string, lane int) *sink.Sink {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.pipes == nil {
-		w.pipes = map[pipeKey]*pipeConn{}
+	if w.sinks == nil {
+		w.sinks = map[sinkKey]*sink.Sink{}
 	}
-	pc := w.pipes[k]
-	if pc == nil {
-		pc = &pipeConn{}
-		w.pipes[k] = pc
+	k := sinkKey{addr, lane}
+	sk := w.sinks[k]
+	if sk == nil {
+		name := "data"
+		if lane == ledgerLane {
+			name = "ledger"
+		}
+		sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent(name))
+		w.sinks[k] = sk
 	}
-	return pc
+	return sk
 }
 
-// Close closes the writer's connections for pipelined writes.
+// dataLane is the lane of a partition's data: the same one for all its batches, so they stay in order.
+func dataLane(p *part, partition int32) int {
+	h := fnv.New32a()
+	h.Write(p.tid[:])
+	return 1 + int((h.Sum32()+uint32(partition))%dataLanes)
+}
+
+// Close stops the writer's batch senders and closes their connections.
 func (w *Writer) Close() {
 	w.mu.Lock()
-	pipes := w.pipes
-	w.pipes = nil
+	sinks := w.sinks
+	w.sinks = nil
 	w.mu.Unlock()
-	for _, pc := range pipes {
-		pc.mu.Lock()
-		if pc.c != nil {
-			pc.c.Close()
-			pc.c = nil
-		}
-		pc.mu.Unlock()
+	for _, sk := range sinks {
+		sk.Close()
 	}
 }
 
@@ -299,6 +302,13 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	app, err := w.ledger.Claim(ctx, p.id, partition)
 	if err != nil {
 		return err
+	}
+	if w.cfg.Dial != nil {
+		// Appends of partitions written at the same time share requests, as their data does.
+		app.SendWith(func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
+			r := w.sink(addr, ledgerLane).Send(ctx, topic, id, partition, [][]byte{data})[0]
+			return r.Answer, r.Err
+		})
 	}
 	until := time.Now().Add(w.cfg.Lease)
 	at, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindOwner, Src: -1, Owner: w.cfg.Instance, Until: until}})
@@ -699,11 +709,12 @@ func (w *Writer) check(p *part, partition int32, wr Write, base int64) (Result, 
 	return Result{}, false
 }
 
-// pipeline writes batches with up to pipelineDepth in flight on the partition's connection to
-// its leader and returns the base offsets of those D answered without error, in order. It
-// stops at the first problem (the caller then goes on one by one from there).
+// pipeline writes batches through the sink of the partition's leader (up to five in flight,
+// sharing requests with the other partitions written at the same time) and returns the base
+// offsets of those D answered without error, in order. It stops at the first problem (the
+// caller then goes on one by one from there).
 func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []Write) []int64 {
-	if w.cfg.Dial == nil || len(todo) < 2 {
+	if w.cfg.Dial == nil || len(todo) == 0 {
 		return nil
 	}
 	if p.leaderAddr == "" {
@@ -713,55 +724,23 @@ func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []
 		}
 		p.leader, p.leaderAddr = lp.Leader, lp.Addr
 	}
-	pc := w.pipe(p.leaderAddr, p, partition)
-	var out []int64
-	for i := 0; i < len(todo); i += pipelineDepth {
-		win := todo[i:min(i+pipelineDepth, len(todo))]
-		reqs := make([]kmsg.Request, len(win))
-		resps := make([]kmsg.Response, len(win))
-		for j, wr := range win {
-			reqs[j] = w.produceRequest(p, partition, wr.Data, 9)
-			resps[j] = kmsg.NewPtrProduceResponse()
-		}
-		if !w.window(ctx, pc, p.leaderAddr, reqs, resps) {
-			return out
-		}
-		for _, r := range resps {
-			pr := r.(*kmsg.ProduceResponse)
-			if len(pr.Topics) != 1 || len(pr.Topics[0].Partitions) != 1 || pr.Topics[0].Partitions[0].ErrorCode != 0 {
-				if len(pr.Topics) == 1 && len(pr.Topics[0].Partitions) == 1 && pr.Topics[0].Partitions[0].ErrorCode == 6 {
-					p.leader, p.leaderAddr = -1, "" // NOT_LEADER_OR_FOLLOWER: find the leader again
-				}
-				return out
-			}
-			out = append(out, pr.Topics[0].Partitions[0].BaseOffset)
-		}
-	}
-	return out
-}
-
-// window sends one window of a partition's batches on a shared connection, dialled if need be,
-// and reads their answers; false when the connection failed (it is closed, and dialled again
-// by the next window that needs it).
-func (w *Writer) window(ctx context.Context, pc *pipeConn, addr string, reqs []kmsg.Request, resps []kmsg.Response) bool {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.c == nil {
-		c, err := w.cfg.Dial(ctx, addr)
-		if err != nil {
-			return false
-		}
-		pc.c = c
+	data := make([][]byte, len(todo))
+	for i, wr := range todo {
+		data[i] = wr.Data
 	}
 	rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
-	err := pc.c.Pipeline(rctx, reqs, resps)
-	cancel()
-	if err != nil {
-		pc.c.Close()
-		pc.c = nil
-		return false
+	defer cancel()
+	out := make([]int64, 0, len(todo))
+	for _, r := range w.sink(p.leaderAddr, dataLane(p, partition)).Send(rctx, p.topic, p.tid, partition, data) {
+		if r.Err != nil || r.Answer.ErrorCode != 0 {
+			if r.Err == nil && r.Answer.ErrorCode == 6 {
+				p.leader, p.leaderAddr = -1, "" // NOT_LEADER_OR_FOLLOWER: find the leader again
+			}
+			break
+		}
+		out = append(out, r.Answer.BaseOffset)
 	}
-	return true
+	return out
 }
 
 func (w *Writer) produceRequest(p *part, partition int32, data []byte, version int16) *kmsg.ProduceRequest {

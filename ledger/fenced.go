@@ -47,8 +47,18 @@ type Fenced struct {
 	epoch     int16
 	seq       int32
 	leader    int32
+	addr      string // the leader's address, for send
 	broken    error
+	send      Sender
 }
+
+// Sender sends one batch of a partition to the broker at addr and returns the broker's answer
+// for that partition.
+type Sender func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error)
+
+// SendWith makes appends go through s (a sender that shares requests with other partitions'
+// writes) instead of a request of their own on the ledger's client.
+func (f *Fenced) SendWith(s Sender) { f.send = s }
 
 // Claim takes a ledger partition over: it bumps the epoch of the partition's producer, which
 // fences every earlier holder from the moment this one appends.
@@ -157,28 +167,21 @@ func (f *Fenced) produce(ctx context.Context, data []byte) (int64, error) {
 				last = err
 				continue
 			}
-			f.leader, f.tid = lp.Leader, lp.TopicID
+			f.leader, f.tid, f.addr = lp.Leader, lp.TopicID, lp.Addr
 		}
-		req := kmsg.NewPtrProduceRequest()
-		req.Acks, req.TimeoutMillis = -1, 30000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic, rt.TopicID = f.topic, f.tid // v13 names topics by id
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition, rp.Records = f.partition, data
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		rctx, cancel := context.WithTimeout(ctx, 35*time.Second)
-		kr, err := f.l.cl.Broker(int(f.leader)).Request(rctx, req)
-		cancel()
+		var pr kmsg.ProduceResponseTopicPartition
+		var err error
+		if f.send != nil && f.addr != "" {
+			rctx, cancel := context.WithTimeout(ctx, 35*time.Second)
+			pr, err = f.send(rctx, f.addr, f.topic, f.tid, f.partition, data)
+			cancel()
+		} else {
+			pr, err = f.request(ctx, data)
+		}
 		if err != nil {
 			last = err
 			continue
 		}
-		resp := kr.(*kmsg.ProduceResponse)
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return 0, fmt.Errorf("ledger: appending to %s[%d]: malformed produce response", f.topic, f.partition)
-		}
-		pr := resp.Topics[0].Partitions[0]
 		err = kerr.ErrorForCode(pr.ErrorCode)
 		switch {
 		case err == nil:
@@ -196,6 +199,29 @@ func (f *Fenced) produce(ctx context.Context, data []byte) (int64, error) {
 		return 0, fmt.Errorf("ledger: appending to %s[%d]: %w%s", f.topic, f.partition, err, msg)
 	}
 	return 0, fmt.Errorf("ledger: appending to %s[%d]: %w", f.topic, f.partition, last)
+}
+
+// request sends the batch as a Produce request of its own on the ledger's client.
+func (f *Fenced) request(ctx context.Context, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks, req.TimeoutMillis = -1, 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = f.topic, f.tid // v13 names topics by id
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = f.partition, data
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	rctx, cancel := context.WithTimeout(ctx, 35*time.Second)
+	kr, err := f.l.cl.Broker(int(f.leader)).Request(rctx, req)
+	cancel()
+	if err != nil {
+		return kmsg.ProduceResponseTopicPartition{}, err
+	}
+	resp := kr.(*kmsg.ProduceResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return kmsg.ProduceResponseTopicPartition{}, errors.New("malformed produce response")
+	}
+	return resp.Topics[0].Partitions[0], nil
 }
 
 // nextSequence is a producer's sequence after n records; it wraps to 0 past the largest int32,

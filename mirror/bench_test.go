@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
+	"offsetgate/wire"
 )
 
 // writeBench is one measurement of produce-at-offset against plain produce of the same bytes
@@ -25,6 +28,12 @@ type writeBench struct {
 	Ratio       float64
 	MirrorTime  time.Duration
 	PlainTime   time.Duration
+	// The limit: a stock idempotent producer writing the same batches (same boundaries, one
+	// batch per partition per request, five requests in flight per broker) straight to D.
+	StockMBps  float64
+	StockTime  time.Duration
+	LimitRatio float64 // produce-at-offset / the limit
+	Batches    int
 	Partitions  int
 	RecordBytes int
 }
@@ -44,8 +53,10 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 	for i := range val {
 		val[i] = byte(i)
 	}
+	// The source's batches are at most 16 KiB, the Java producer's default batch.size (a record
+	// larger than that is a batch of its own): the shape a mirror of a typical topic meets.
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(s.Addrs()...), kgo.DefaultProduceTopic(src), kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(5*time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+		kgo.ProducerBatchMaxBytes(int32(max(16<<10, recordBytes+512))), kgo.ProducerLinger(5*time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +75,7 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 	// Raw batches of every partition, in memory.
 	ends := count(ctx, t, s, src)
 	sets := make([][][]byte, partitions)
+	single := make([][][]byte, partitions) // the same bytes, batch by batch
 	var raw int64
 	scl, err := kgo.NewClient(kgo.SeedBrokers(s.Addrs()...))
 	if err != nil {
@@ -83,6 +95,7 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 			var req []byte
 			for _, b := range bs {
 				req = append(req, b...)
+				single[p] = append(single[p], b)
 			}
 			sets[p] = append(sets[p], req)
 			raw += int64(len(req))
@@ -97,16 +110,20 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 	// (a) produce-at-offset.
 	mtopic := prefix + "-mirror"
 	e.createMirrorTopic(ctx, mtopic, int32(partitions))
-	h := e.hand(mtopic)
+	// A connection per partition to the offsetgate broker leading it, looked up once, as the
+	// mirroring client pipelines partitions and caches leaders.
+	conns := make([]*wire.Conn, partitions)
+	for p := 0; p < partitions; p++ {
+		conns[p] = e.hand(mtopic).leaderConn(ctx, int32(p))
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for p := 0; p < partitions; p++ {
-		hp := e.hand(mtopic) // a connection per partition, as the mirroring client pipelines partitions
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for _, req := range sets[p] {
-				if r := hp.sendRaw(ctx, int32(p), req); r.ErrorCode != 0 {
+				if r := atOffset(ctx, t, conns[p], mtopic, int32(p), req); r.ErrorCode != 0 {
 					t.Errorf("at-offset write: %d %s", r.ErrorCode, msg(r))
 					return
 				}
@@ -115,11 +132,17 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 	}
 	wg.Wait()
 	mt := time.Since(start)
-	_ = h
+
+	// (c) the limit: a stock idempotent producer writing the same batches straight to D.
+	stopic := prefix + "-stock"
+	if err := e.pair.Dest.CreateTopic(ctx, stopic, int32(partitions), 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	st := stockWrite(ctx, t, e.pair.Dest, stopic, single)
 
 	// (b) plain produce of the same records through offsetgate.
 	ptopic := prefix + "-plain"
-	if err := e.pair.Dest.CreateTopic(ctx, ptopic, int32(partitions), 1, nil); err != nil {
+	if err := e.pair.Dest.CreateTopic(ctx, ptopic, int32(partitions), 2, nil); err != nil { // as the mirror topic's
 		t.Fatal(err)
 	}
 	plain, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DialTLSConfig(e.certs.ClientTLS(e.client)), kgo.DefaultProduceTopic(ptopic),
@@ -141,10 +164,15 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 		t.Fatal(err)
 	}
 	pt := time.Since(start)
-	w := writeBench{Bytes: raw, MirrorTime: mt, PlainTime: pt, Partitions: partitions, RecordBytes: recordBytes}
+	w := writeBench{Bytes: raw, MirrorTime: mt, PlainTime: pt, StockTime: st, Partitions: partitions, RecordBytes: recordBytes}
+	for _, b := range single {
+		w.Batches += len(b)
+	}
 	w.MirrorMBps = float64(raw) / (1 << 20) / mt.Seconds()
 	w.PlainMBps = float64(raw) / (1 << 20) / pt.Seconds()
+	w.StockMBps = float64(raw) / (1 << 20) / st.Seconds()
 	w.Ratio = w.MirrorMBps / w.PlainMBps
+	w.LimitRatio = w.MirrorMBps / w.StockMBps
 	return w
 }
 
@@ -156,7 +184,7 @@ func TestWriteBenchSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	w := runWriteBench(ctx, t, e, prefix, 4<<20, 2, 1024)
-	if w.Bytes < 4<<20 || w.MirrorMBps <= 0 || w.PlainMBps <= 0 {
+	if w.Bytes < 4<<20 || w.MirrorMBps <= 0 || w.PlainMBps <= 0 || w.StockMBps <= 0 {
 		t.Fatalf("write bench: %+v", w)
 	}
 	d := count(ctx, t, e.pair.Dest, prefix+"-mirror")
@@ -167,7 +195,17 @@ func TestWriteBenchSmall(t *testing.T) {
 	if total != int64(4<<20)/1024 {
 		t.Fatalf("the mirror topic holds %d records, want %d", total, (4<<20)/1024)
 	}
-	t.Logf("produce-at-offset %.1f MB/s, plain produce %.1f MB/s through offsetgate: ratio %.2f", w.MirrorMBps, w.PlainMBps, w.Ratio)
+	for _, topic := range []string{prefix + "-stock"} {
+		var got int64
+		for _, o := range count(ctx, t, e.pair.Dest, topic) {
+			got += o[1]
+		}
+		if got != int64(4<<20)/1024 {
+			t.Fatalf("%s holds %d records, want %d", topic, got, (4<<20)/1024)
+		}
+	}
+	t.Logf("produce-at-offset %.1f MB/s, plain produce %.1f MB/s through offsetgate: ratio %.2f; the same batches by a stock idempotent producer straight to D %.1f MB/s: %.2f of it",
+		w.MirrorMBps, w.PlainMBps, w.Ratio, w.StockMBps, w.LimitRatio)
 }
 
 // BenchmarkMirrorWrite reports produce-at-offset throughput as a ratio to plain produce of the
@@ -179,7 +217,7 @@ func BenchmarkMirrorWrite(b *testing.B) {
 	if v, err := strconv.ParseInt(os.Getenv("OG_BENCH_BYTES"), 10, 64); err == nil {
 		size = v
 	}
-	for _, c := range []struct{ parts, rec int }{{1, 1024}, {4, 1024}, {4, 64 << 10}} {
+	for _, c := range []struct{ parts, rec int }{{1, 1024}, {4, 1024}, {4, 64 << 10}, {16, 1024}} {
 		b.Run(fmt.Sprintf("%dp-%dB", c.parts, c.rec), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				prefix := testkafka.Names(b, "bench") + strconv.Itoa(i)
@@ -190,7 +228,156 @@ func BenchmarkMirrorWrite(b *testing.B) {
 				b.ReportMetric(w.MirrorMBps, "mirror-MB/s")
 				b.ReportMetric(w.PlainMBps, "plain-MB/s")
 				b.ReportMetric(w.Ratio, "ratio")
+				b.ReportMetric(w.StockMBps, "limit-MB/s")
+				b.ReportMetric(w.LimitRatio, "of-limit")
+				b.ReportMetric(float64(w.Batches), "batches")
 			}
 		})
 	}
+}
+
+// leaderConn is a connection to the offsetgate broker listener leading the partition.
+func (h *handClient) leaderConn(ctx context.Context, part int32) *wire.Conn {
+	h.t.Helper()
+	md, err := kadm.NewClient(h.px).Metadata(ctx, h.topic)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	leader := md.Topics[h.topic].Partitions[part].Leader
+	for _, br := range md.Brokers {
+		if br.NodeID == leader {
+			c, err := wire.Dial(ctx, fmt.Sprintf("%s:%d", br.Host, br.Port), h.e.certs.ClientTLS(h.e.client), nil, "bench")
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			h.t.Cleanup(func() { c.Close() })
+			return c
+		}
+	}
+	h.t.Fatalf("no broker %d in offsetgate's metadata", leader)
+	return nil
+}
+
+// atOffset sends one produce-at-offset request of one partition on c.
+func atOffset(ctx context.Context, t testing.TB, c *wire.Conn, topic string, part int32, records []byte) kmsg.ProduceResponseTopicPartition {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(11)
+	req.Acks, req.TimeoutMillis = -1, 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = part, records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrProduceResponse()
+	if err := c.RoundTrip(ctx, req, resp, true); err != nil {
+		t.Error(err)
+		return kmsg.ProduceResponseTopicPartition{ErrorCode: -1}
+	}
+	return resp.Topics[0].Partitions[0]
+}
+
+// stockWrite writes each partition's batches to D's topic as a stock idempotent producer does
+// (its sink): one producer id, sequences by record count, each Produce request carrying at most
+// one batch of each partition the broker leads, five requests in flight per broker. Only the
+// writes are timed.
+func stockWrite(ctx context.Context, t testing.TB, d *testkafka.Cluster, topic string, batches [][][]byte) time.Duration {
+	cl, err := d.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ipid := kmsg.NewPtrInitProducerIDRequest()
+	ipid.ProducerID, ipid.ProducerEpoch = -1, -1
+	pr, err := ipid.RequestWith(ctx, cl)
+	if err != nil || pr.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v %v", err, pr)
+	}
+	// Every leader knows it leads (a topic just created answers NOT_LEADER for a moment): the
+	// client's own retries see to it.
+	adm := kadm.NewClient(cl)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil && ends.Error() == nil && len(ends[topic]) == len(batches) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the topic's leaders did not settle: %v %v", err, ends.Error())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every batch as D must get it, built before the clock starts, as a producer's are.
+	byBroker := map[int32][]int32{}
+	ready := make([][][]byte, len(batches))
+	for p, bs := range batches {
+		leader := md.Topics[topic].Partitions[int32(p)].Leader
+		byBroker[leader] = append(byBroker[leader], int32(p))
+		var seq int32
+		for _, b := range bs {
+			h, _ := batch.ReadHeader(b)
+			ready[p] = append(ready[p], batch.ForDestination(b, batch.Producer{ID: pr.ProducerID, Epoch: pr.ProducerEpoch, Sequence: seq}))
+			seq += h.RecordCount
+		}
+	}
+	conns := map[int32]*wire.Conn{}
+	for _, br := range md.Brokers {
+		if _, ok := byBroker[br.NodeID]; !ok {
+			continue
+		}
+		c, err := wire.Dial(ctx, fmt.Sprintf("%s:%d", br.Host, br.Port), nil, nil, "stock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[br.NodeID] = c
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for leader, parts := range byBroker {
+		n := 0
+		for _, p := range parts {
+			n = max(n, len(ready[p]))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			build := func(i int) kmsg.Request {
+				req := kmsg.NewPtrProduceRequest()
+				req.SetVersion(11)
+				req.Acks, req.TimeoutMillis = -1, 30000
+				rt := kmsg.NewProduceRequestTopic()
+				rt.Topic = topic
+				for _, p := range parts {
+					if i < len(ready[p]) {
+						rp := kmsg.NewProduceRequestTopicPartition()
+						rp.Partition, rp.Records = p, ready[p][i]
+						rt.Partitions = append(rt.Partitions, rp)
+					}
+				}
+				req.Topics = append(req.Topics, rt)
+				return req
+			}
+			got, err := conns[leader].Window(ctx, n, 5, build, func(int) kmsg.Response { return kmsg.NewPtrProduceResponse() },
+				func(i int, r kmsg.Response) bool {
+					for _, rt := range r.(*kmsg.ProduceResponse).Topics {
+						for _, rp := range rt.Partitions {
+							if rp.ErrorCode != 0 {
+								t.Errorf("stock write %d of partition %d: error %d", i, rp.Partition, rp.ErrorCode)
+								return false
+							}
+						}
+					}
+					return true
+				})
+			if err != nil || got != n {
+				t.Errorf("stock writes to broker %d: %d of %d answered: %v", leader, got, n, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
 }

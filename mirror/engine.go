@@ -623,6 +623,9 @@ type fetcher struct {
 // will want its next chunk soon, and a long poll of the others would hold it back.
 const busyWait = 20 * time.Millisecond
 
+// leaseWait starts a partition's state while its writes wait for another instance's lease.
+const leaseWait = "waiting for the partition's lease"
+
 func (f *fetcher) run(ctx context.Context) {
 	e := f.e
 	for {
@@ -686,7 +689,7 @@ func (f *fetcher) request() (*kmsg.FetchRequest, []*part, time.Duration) {
 		if p.chunk != nil || p.writing {
 			busy = true
 		}
-		if p.chunk != nil || (p.target >= 0 && p.next >= p.target) {
+		if (p.chunk != nil && (len(p.chunk.data) >= int(e.cfg.MaxBytes) || p.max > e.cfg.MaxBytes)) || (p.target >= 0 && p.next >= p.target) {
 			continue
 		}
 		if now.Before(p.retryAt) {
@@ -725,6 +728,11 @@ func (f *fetcher) request() (*kmsg.FetchRequest, []*part, time.Duration) {
 		}
 		fp := kmsg.NewFetchRequestTopicPartition()
 		fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes = p.num, p.next, p.max
+		if p.chunk != nil {
+			// A chunk waiting for its writer grows: what arrives while the partition's previous
+			// chunk is written goes out with the next write, not one write later (lag).
+			fp.PartitionMaxBytes = max(e.cfg.MaxBytes-int32(len(p.chunk.data)), 1)
+		}
 		p.asked = p.next
 		fp.CurrentLeaderEpoch, fp.LogStartOffset = -1, -1
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, fp)
@@ -787,7 +795,9 @@ func (f *fetcher) handle(ctx context.Context, asked []*part, resp *kmsg.FetchRes
 			continue
 		}
 		p.failures = 0
-		if p.st.state.Load() != "mirroring" {
+		// A fetch answer says the source is readable; it does not end what the partition's
+		// writer waits for (another instance's lease), which the writer clears itself.
+		if s, _ := p.st.state.Load().(string); s != "mirroring" && !(p.writing && strings.HasPrefix(s, leaseWait)) {
 			p.st.state.Store("mirroring")
 		}
 		p.st.sourceEnd.Store(rp.HighWatermark)
@@ -823,6 +833,28 @@ func (e *engine) takeLocked(p *part, records []byte) {
 		return
 	}
 	p.max = e.cfg.MaxBytes
+	if c := p.chunk; c != nil {
+		// The waiting chunk grows by whole batches, up to MaxBytes; the rest is fetched again.
+		added := 0
+		for i, b := range sets {
+			h := hs[i]
+			if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
+				continue
+			}
+			if len(c.data)+len(b) > int(e.cfg.MaxBytes) {
+				// Full: the chunk stops growing until a writer takes it, and the batch that did
+				// not fit is asked for whole then.
+				p.max = max(e.cfg.MaxBytes+1, int32(len(b)))
+				break
+			}
+			c.data = append(c.data, b...)
+			c.hs = append(c.hs, h)
+			p.next = h.LastOffset() + 1
+			added += len(b)
+		}
+		e.buffered += int64(added)
+		return
+	}
 	c := chunk{from: p.next}
 	for i, b := range sets {
 		h := hs[i]
@@ -877,7 +909,7 @@ func (e *engine) writer(ctx context.Context) {
 			waited = true
 			p.st.state.Store(why)
 		})
-		if s, _ := p.st.state.Load().(string); waited && err == nil && strings.HasPrefix(s, "waiting for the partition's lease") {
+		if s, _ := p.st.state.Load().(string); waited && err == nil && strings.HasPrefix(s, leaseWait) {
 			p.st.state.Store("mirroring")
 		}
 		e.mu.Lock()

@@ -756,7 +756,7 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			if ownedSince.IsZero() {
 				ownedSince = time.Now()
 				if waiting != nil {
-					waiting("waiting for the partition's lease: " + strings.TrimPrefix(msg, "offsetgate: "))
+					waiting(leaseWait + ": " + strings.TrimPrefix(msg, "offsetgate: "))
 				}
 			}
 			if time.Since(ownedSince) < ownedWait {

@@ -130,6 +130,66 @@ func (w *Conn) Pipeline(ctx context.Context, reqs []kmsg.Request, resps []kmsg.R
 	return nil
 }
 
+// Window keeps up to depth of n requests in flight: request i is built by req(i) when a slot
+// frees, and each response is handed to got(i, resp) in order as it arrives (the broker
+// answers a connection's requests in the order they came, so the next request is already
+// queued at the broker when one is answered). When got returns false no further request is
+// sent; the answers of those in flight are read and dropped, so the connection stays usable.
+// Window returns how many responses got accepted. On an error the connection is in an unknown
+// state and the caller must close it.
+func (w *Conn) Window(ctx context.Context, n, depth int, req func(i int) kmsg.Request, resp func(i int) kmsg.Response,
+	got func(i int, r kmsg.Response) bool) (int, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = w.c.SetDeadline(dl)
+		defer func() { _ = w.c.SetDeadline(time.Time{}) }()
+	}
+	type sent struct {
+		req  kmsg.Request
+		corr int32
+	}
+	var inflight []sent
+	next, accepted, stop := 0, 0, false
+	for next < n || len(inflight) > 0 {
+		for !stop && next < n && len(inflight) < max(depth, 1) {
+			r := req(next)
+			corr, err := w.send(r, noTag)
+			if err != nil {
+				return accepted, err
+			}
+			inflight = append(inflight, sent{r, corr})
+			next++
+		}
+		if len(inflight) == 0 {
+			break
+		}
+		head := inflight[0]
+		inflight = inflight[1:]
+		r := resp(accepted)
+		if err := w.receive(head.req, r, head.corr); err != nil {
+			return accepted, err
+		}
+		if stop {
+			continue
+		}
+		if !got(accepted, r) {
+			stop = true
+			continue
+		}
+		accepted++
+	}
+	return accepted, nil
+}
+
+// Send writes one request and returns its correlation id; Receive reads the answer to it. They
+// let one goroutine write while another reads (answers come in request order): a caller that
+// uses them owns the ordering and must not mix them with RoundTrip, Pipeline or Window.
+func (w *Conn) Send(req kmsg.Request) (int32, error) { return w.send(req, noTag) }
+
+// Receive reads the answer to the request sent with correlation id corr (see Send).
+func (w *Conn) Receive(req kmsg.Request, resp kmsg.Response, corr int32) error {
+	return w.receive(req, resp, corr)
+}
+
 func (w *Conn) send(req kmsg.Request, from int64) (int32, error) {
 	w.corr++
 	var b []byte

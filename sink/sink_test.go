@@ -1,0 +1,213 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/batch"
+	"offsetgate/wire"
+)
+
+type fixture struct {
+	c     *kfake.Cluster
+	addr  string
+	pid   int64
+	epoch int16
+
+	mu       sync.Mutex
+	requests int // Produce requests the broker saw
+	widest   int // most partitions in one of them
+}
+
+func newFixture(t *testing.T, partitions int32) *fixture {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	f := &fixture{c: c, addr: c.ListenAddrs()[0]}
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		n := 0
+		for _, rt := range r.(*kmsg.ProduceRequest).Topics {
+			n += len(rt.Partitions)
+		}
+		f.mu.Lock()
+		f.requests++
+		f.widest = max(f.widest, n)
+		f.mu.Unlock()
+		time.Sleep(time.Millisecond) // a broker's round trip, so that writers overlap
+		return nil, nil, false
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v %v", err, resp)
+	}
+	f.pid, f.epoch = resp.ProducerID, resp.ProducerEpoch
+	return f
+}
+
+func (f *fixture) dial(ctx context.Context, addr string) (*wire.Conn, error) {
+	return wire.Dial(ctx, addr, nil, nil, "sink-test")
+}
+
+// batches are n one-record batches of the fixture's producer, from sequence seq.
+func (f *fixture) batches(n int, seq int32) [][]byte {
+	var out [][]byte
+	for i := 0; i < n; i++ {
+		out = append(out, batch.Filler(1, 1000, batch.Producer{ID: f.pid, Epoch: f.epoch, Sequence: seq + int32(i)}, false))
+	}
+	return out
+}
+
+func TestSinkSharesRequests(t *testing.T) {
+	const parts, per = 8, 30
+	f := newFixture(t, parts)
+	s := New(f.addr, f.dial, 10*time.Second, nil)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	results := make([][]Result, parts)
+	for p := int32(0); p < parts; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Two sends in a row per partition, as a writer's ledger append and data are.
+			results[p] = append(s.Send(ctx, "t", [16]byte{}, p, f.batches(per/2, 0)),
+				s.Send(ctx, "t", [16]byte{}, p, f.batches(per/2, per/2))...)
+		}()
+	}
+	wg.Wait()
+	for p, rs := range results {
+		if len(rs) != per {
+			t.Fatalf("partition %d: %d results, want %d", p, len(rs), per)
+		}
+		for i, r := range rs {
+			if r.Err != nil || r.Answer.ErrorCode != 0 {
+				t.Fatalf("partition %d batch %d: %v code %d", p, i, r.Err, r.Answer.ErrorCode)
+			}
+			if r.Answer.BaseOffset != int64(i) {
+				t.Fatalf("partition %d batch %d landed at %d: out of order", p, i, r.Answer.BaseOffset)
+			}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.widest < 2 || f.requests > parts*per/2 {
+		t.Fatalf("%d batches of %d partitions took %d requests (widest %d partitions): not shared", parts*per, parts, f.requests, f.widest)
+	}
+	t.Logf("%d batches of %d partitions in %d requests, widest %d partitions", parts*per, parts, f.requests, f.widest)
+}
+
+func TestSinkStopsAPartitionAtItsFailure(t *testing.T) {
+	f := newFixture(t, 2)
+	s := New(f.addr, f.dial, 10*time.Second, nil)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bad := f.batches(5, 0)
+	bad = append(bad, f.batches(10, 50)...) // batch 5 skips sequences: the broker refuses it
+	var wg sync.WaitGroup
+	var good []Result
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		good = s.Send(ctx, "t", [16]byte{}, 1, f.batches(15, 0))
+	}()
+	rs := s.Send(ctx, "t", [16]byte{}, 0, bad)
+	wg.Wait()
+	for i, r := range rs {
+		ok := r.Err == nil && r.Answer.ErrorCode == 0
+		switch {
+		case i < 5 && !ok:
+			t.Fatalf("batch %d failed: %v %d", i, r.Err, r.Answer.ErrorCode)
+		case i == 5 && ok:
+			t.Fatalf("batch 5 skips sequences but was taken")
+		case i > 5 && ok:
+			t.Fatalf("batch %d after the failure was taken at %d", i, r.Answer.BaseOffset)
+		}
+	}
+	notSent := 0
+	for _, r := range rs[6:] {
+		if errors.Is(r.Err, ErrNotSent) {
+			notSent++
+		}
+	}
+	if notSent == 0 {
+		t.Fatalf("every batch after the failure was sent (at most %d can be in flight)", Depth-1)
+	}
+	for i, r := range good {
+		if r.Err != nil || r.Answer.ErrorCode != 0 || r.Answer.BaseOffset != int64(i) {
+			t.Fatalf("the other partition's batch %d: %v %d at %d", i, r.Err, r.Answer.ErrorCode, r.Answer.BaseOffset)
+		}
+	}
+}
+
+func TestSinkClosed(t *testing.T) {
+	f := newFixture(t, 1)
+	s := New(f.addr, f.dial, 10*time.Second, nil)
+	rs := s.Send(context.Background(), "t", [16]byte{}, 0, f.batches(2, 0))
+	if rs[1].Err != nil || rs[1].Answer.ErrorCode != 0 {
+		t.Fatalf("before Close: %v %d", rs[1].Err, rs[1].Answer.ErrorCode)
+	}
+	s.Close()
+	rs = s.Send(context.Background(), "t", [16]byte{}, 0, f.batches(1, 2))
+	if !errors.Is(rs[0].Err, ErrNotSent) {
+		t.Fatalf("after Close: %v, want ErrNotSent", rs[0].Err)
+	}
+}
+
+func TestSinkConnectionLost(t *testing.T) {
+	f := newFixture(t, 1)
+	var dials int
+	var mu sync.Mutex
+	var last *wire.Conn
+	dial := func(ctx context.Context, addr string) (*wire.Conn, error) {
+		c, err := f.dial(ctx, addr)
+		mu.Lock()
+		dials++
+		last = c
+		mu.Unlock()
+		return c, err
+	}
+	s := New(f.addr, dial, 10*time.Second, nil)
+	defer s.Close()
+	ctx := context.Background()
+	if r := s.Send(ctx, "t", [16]byte{}, 0, f.batches(1, 0))[0]; r.Err != nil || r.Answer.ErrorCode != 0 {
+		t.Fatalf("first send: %v %d", r.Err, r.Answer.ErrorCode)
+	}
+	mu.Lock()
+	last.Close()
+	mu.Unlock()
+	// The broken connection fails what is sent on it; a later send dials again.
+	deadline := time.Now().Add(10 * time.Second)
+	for seq := int32(1); ; {
+		r := s.Send(ctx, "t", [16]byte{}, 0, f.batches(1, seq))[0]
+		if r.Err == nil && r.Answer.ErrorCode == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no send succeeded after the connection was lost: %v %d", r.Err, r.Answer.ErrorCode)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dials < 2 {
+		t.Fatalf("dialled %d times, want a new connection after the loss", dials)
+	}
+}
