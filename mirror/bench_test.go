@@ -22,18 +22,18 @@ import (
 // writeBench is one measurement of produce-at-offset against plain produce of the same bytes
 // through the same offsetgate, in the same run.
 type writeBench struct {
-	Bytes       int64
-	MirrorMBps  float64
-	PlainMBps   float64
-	Ratio       float64
-	MirrorTime  time.Duration
-	PlainTime   time.Duration
+	Bytes      int64
+	MirrorMBps float64
+	PlainMBps  float64
+	Ratio      float64
+	MirrorTime time.Duration
+	PlainTime  time.Duration
 	// The limit: a stock idempotent producer writing the same batches (same boundaries, one
 	// batch per partition per request, five requests in flight per broker) straight to D.
-	StockMBps  float64
-	StockTime  time.Duration
-	LimitRatio float64 // produce-at-offset / the limit
-	Batches    int
+	StockMBps   float64
+	StockTime   time.Duration
+	LimitRatio  float64 // produce-at-offset / the limit
+	Batches     int
 	Partitions  int
 	RecordBytes int
 }
