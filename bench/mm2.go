@@ -34,10 +34,13 @@ import (
 type MM2Config struct {
 	Source, Dest  *testkafka.Cluster
 	OffsetgateBin string
-	Mode          string
-	Bytes         int64 // record payload of the data set
-	RecordBytes   int
-	Partitions    int
+	// BaselineBin, when set, is a second offsetgate binary (an earlier build) measured in the
+	// same run as a third tool, "offsetgate-baseline", on a data set of its own.
+	BaselineBin string
+	Mode        string
+	Bytes       int64 // record payload of the data set
+	RecordBytes int
+	Partitions  int
 	// LagRate is the paced producer's rate (bytes/s) and LagSeconds how long it runs.
 	LagRate    float64
 	LagSeconds float64
@@ -127,6 +130,12 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	id := strconv.FormatInt(time.Now().Unix()%1e6, 36) + strconv.Itoa(rand.IntN(1000))
 	ogTopic, ogLag := "ogbench-og-"+id, "ogbench-og-lag-"+id
 	mmTopic, mmLag := "ogbench-mm-"+id, "ogbench-mm-lag-"+id
+	baseTopic, baseLag := "ogbench-og-base-"+id, "ogbench-og-base-lag-"+id
+	warmTopic := "ogbench-og-warm-" + id
+	filled, created := []string{ogTopic, mmTopic}, []string{ogTopic, mmTopic, ogLag, mmLag, warmTopic}
+	if cfg.BaselineBin != "" {
+		filled, created = append(filled, baseTopic), append(created, baseTopic, baseLag)
+	}
 	n := int(cfg.Bytes / int64(cfg.RecordBytes))
 	payload := make([]byte, cfg.RecordBytes)
 	for i := range payload {
@@ -135,7 +144,7 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	// The same data set for each tool: n records, the first tenth then deleted on the source,
 	// so its log starts above zero as a real source's does.
 	logStart := int64(0)
-	for _, topic := range []string{ogTopic, mmTopic, ogLag, mmLag} {
+	for _, topic := range created {
 		if err := cfg.Source.CreateTopic(ctx, topic, int32(cfg.Partitions), 1, nil); err != nil {
 			return err
 		}
@@ -146,7 +155,13 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	}
 	defer scl.Close()
 	sadm := kadm.NewClient(scl)
-	for _, topic := range []string{ogTopic, mmTopic} {
+	// Warm-up: an eighth of the data set, mirrored once before anything is measured, so the
+	// first tool measured does not pay for brokers that have just started or just taken the
+	// data sets (without it whichever tool ran first was slower by a third and more).
+	if _, err := produce(ctx, scl, warmTopic, payload, n/8, 0); err != nil {
+		return err
+	}
+	for _, topic := range filled {
 		if _, err := produce(ctx, scl, topic, payload, n, 0); err != nil {
 			return err
 		}
@@ -184,11 +199,25 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	defer dcl.Close()
 	dadm := kadm.NewClient(dcl)
 
+	logf("warm-up: mirroring %d records with offsetgate, not measured", n/8)
+	if err := warmUp(ctx, cfg, warmTopic, int64(n/8), dadm); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
 	og, err := runOffsetgateMirror(ctx, cfg, ogTopic, ogLag, records, dadm, logf)
 	if err != nil {
 		return fmt.Errorf("offsetgate: %w", err)
 	}
 	rep.Results = append(rep.Results, *og)
+	if cfg.BaselineBin != "" {
+		bcfg := cfg
+		bcfg.OffsetgateBin = cfg.BaselineBin
+		base, err := runOffsetgateMirror(ctx, bcfg, baseTopic, baseLag, records, dadm, logf)
+		if err != nil {
+			return fmt.Errorf("offsetgate baseline: %w", err)
+		}
+		base.Tool = "offsetgate-baseline"
+		rep.Results = append(rep.Results, *base)
+	}
 	mm, err := runMirrorMaker(ctx, cfg, mmTopic, mmLag, records, dadm, logf)
 	if err != nil {
 		return fmt.Errorf("MirrorMaker 2: %w", err)
@@ -385,6 +414,27 @@ func runOffsetgateMirror(ctx context.Context, cfg MM2Config, topic, lagTopic str
 	lagStats(r, lat)
 	logf("offsetgate lag at %.1f MB/s: p50 %.1f ms, p99 %.1f ms", cfg.LagRate/1e6, r.LagP50Ms, r.LagP99Ms)
 	return r, nil
+}
+
+// warmUp mirrors topic once with offsetgate, unmeasured.
+func warmUp(ctx context.Context, cfg MM2Config, topic string, records int64, dadm *kadm.Client) error {
+	og, id, err := startMirroringServe(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, "offsetgate-warm-up", "ogbench-og-*")
+	if err != nil {
+		return err
+	}
+	defer og.stop()
+	args := append([]string{"mirror", "--source", cfg.Source.Bootstrap(), "--proxy", og.listen, "--topics", topic}, id.flags...)
+	args = append(args, "--replication-factor", "1", "--parallel", strconv.Itoa(cfg.Partitions), "--once")
+	cmd, stopped, err := startProc(cfg.OffsetgateBin, args, filepath.Join(cfg.LogDir, "og-warm-up.log"))
+	if err != nil {
+		return err
+	}
+	_, _, err = waitCopied(ctx, dadm, topic, records, time.Now(), make(chan struct{}))
+	<-stopped
+	if err == nil && cmd.ProcessState.ExitCode() != 0 {
+		err = fmt.Errorf("offsetgate mirror exited %d", cmd.ProcessState.ExitCode())
+	}
+	return err
 }
 
 // mm2Properties is MirrorMaker 2's configuration: one flow, the source's topics by name, as

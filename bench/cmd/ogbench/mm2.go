@@ -19,6 +19,7 @@ func mm2(args []string) error {
 	quick := fs.Bool("quick", false, "short run for CI: 16 MiB, 3 s of paced production")
 	clusters := fs.String("clusters", "", "state file from scripts/kafka: use its source and destination clusters")
 	ogBin := fs.String("offsetgate", "bin/offsetgate", "offsetgate binary")
+	baseline := fs.String("baseline", "", "a second offsetgate binary (an earlier build) measured in the same run as offsetgate-baseline")
 	mib := fs.Int("mib", 0, "MiB of record payload in the data set (default 256, quick 16)")
 	size := fs.Int("size", 1024, "record size in bytes")
 	parts := fs.Int("partitions", 4, "partitions (MirrorMaker 2's tasks.max)")
@@ -34,6 +35,9 @@ func mm2(args []string) error {
 	quickDefault(mib, 0, *quick, 256, 16)
 	quickDefault(lagSecs, 0, *quick, 15, 3)
 	quickDefault(out, "", *quick, reportPath("mm2", false), reportPath("mm2", true))
+	if *baseline != "" {
+		*svg = "-" // the chart compares the two tools; a baseline run is read from the table
+	}
 	if *svg == "" && !*quick {
 		*svg = filepath.Join(docsBench(), "mm2.svg")
 	}
@@ -53,7 +57,7 @@ func mm2(args []string) error {
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, Mode: mode,
+	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, BaselineBin: *baseline, Mode: mode,
 		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs,
 		LogDir: logDir, Progress: os.Stderr})
 	if rep == nil {
@@ -68,7 +72,7 @@ func mm2(args []string) error {
 	if props, err := os.ReadFile(filepath.Join(logDir, "mm2.properties")); err == nil && !*quick {
 		_ = os.WriteFile(filepath.Join(docsBench(), "mm2.properties"), props, 0o644)
 	}
-	if *svg != "" {
+	if *svg != "" && *svg != "-" {
 		if err := bench.WriteMM2SVG(*svg, rep); err != nil {
 			return errors.Join(runErr, err)
 		}
