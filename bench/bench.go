@@ -94,7 +94,7 @@ type Report struct {
 	// Quiet says how much CPU the rest of the machine used while samples were taken.
 	Quiet *Quiet `json:"quiet,omitempty"`
 	// Memory is the relay's and offsetgate's resident memory at the end of the throughput
-	// cases (VmRSS) and its peak over them (VmHWM).
+	// cases (VmRSS), its peak over them (VmHWM), and VmRSS again after five quiet seconds.
 	Memory []ProcMemory `json:"memory,omitempty"`
 	// OffsetgateMetrics is offsetgate's /metrics at the end of the throughput cases.
 	OffsetgateMetrics map[string]float64 `json:"offsetgate_metrics,omitempty"`
@@ -108,6 +108,8 @@ type ProcMemory struct {
 	Process    string `json:"process"`
 	RSSKiB     int64  `json:"rss_kib"`
 	PeakRSSKiB int64  `json:"peak_rss_kib"`
+	// QuietRSSKiB is VmRSS five seconds after the cases ended (a burst's buffers given back).
+	QuietRSSKiB int64 `json:"quiet_rss_kib,omitempty"`
 }
 
 // Quiet sums, over every sample, the time measured and the CPU time of processes outside the
@@ -388,6 +390,15 @@ func (r *runner) run(ctx context.Context) error {
 		hwm, err2 := procStatusKiB(p.pid, "VmHWM")
 		if err1 == nil && err2 == nil {
 			r.rep.Memory = append(r.rep.Memory, ProcMemory{Process: p.name, RSSKiB: rss, PeakRSSKiB: hwm})
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+	for i, p := range r.paths[1:] {
+		if rss, err := procStatusKiB(p.pid, "VmRSS"); err == nil && i < len(r.rep.Memory) && r.rep.Memory[i].Process == p.name {
+			r.rep.Memory[i].QuietRSSKiB = rss
 		}
 	}
 	if m, err := og.counters(); err == nil {

@@ -148,7 +148,7 @@ func WriteTable(w io.Writer, rep *Report) {
 			if i == 0 {
 				sep = ""
 			}
-			fmt.Fprintf(w, "%s %s RSS %s (peak %s)", sep, m.Process, sizeString(m.RSSKiB<<10), sizeString(m.PeakRSSKiB<<10))
+			fmt.Fprintf(w, "%s %s RSS %s (peak %s, 5 s later %s)", sep, m.Process, sizeString(m.RSSKiB<<10), sizeString(m.PeakRSSKiB<<10), sizeString(m.QuietRSSKiB<<10))
 		}
 		fmt.Fprintln(w)
 	}

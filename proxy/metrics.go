@@ -26,6 +26,7 @@ type metrics struct {
 	bufferHigh     prometheus.Gauge
 	inFlight       prometheus.GaugeFunc
 	budgetPauses   prometheus.Counter
+	memoryReleases prometheus.Counter
 	refused        *prometheus.CounterVec
 	upstreamDials  prometheus.Counter
 }
@@ -45,6 +46,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Requests waiting for their response, all connections."}, inFlight),
 		budgetPauses: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_budget_pauses_total",
 			Help: "Times a connection stopped reading its upstream and its client because it held more than its share of limits.max_held_bytes."}),
+		memoryReleases: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_memory_releases_total",
+			Help: "Times the heap's unused pages were returned to the operating system after a burst, once the proxy held nearly nothing."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_client_connections_refused_total",
 			Help: "Client connections closed at once because they were over a connection limit, by limit."}, []string{"limit"}),
 		upstreamDials: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_connections_total",
@@ -74,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
 	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.bufferHigh, m.inFlight,
-		m.budgetPauses, m.refused, m.upstreamDials, reqs, reqBytes, respBytes, lat, rw, la, wt)
+		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }
 

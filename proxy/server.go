@@ -279,6 +279,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.closeIdle(runCtx) }()
 	}
+	rel := newReleaser(s.budget.total.Load, s.metrics.memoryReleases)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); rel.run(runCtx) }()
 
 	errc := make(chan error, 1)
 	// The event loops own the first listener's bootstrap address; every other bootstrap

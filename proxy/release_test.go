@@ -1,0 +1,45 @@
+package proxy
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// After a burst, a quiet proxy gives the heap's unused pages back; while it holds bytes for
+// clients, or keeps little unused, it does not pay for a collection.
+func TestReleaserAfterBurst(t *testing.T) {
+	var held int64
+	count := prometheus.NewCounter(prometheus.CounterOpts{Name: "releases"})
+	r := newReleaser(func() int64 { return held }, count)
+
+	// A burst: 128 MiB of buffers in use.
+	bufs := make([][]byte, 128)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1<<20)
+		bufs[i][0] = 1
+	}
+	held = 8 << 20 // still busy: no collection
+	if r.check() {
+		t.Fatal("released while the proxy held 8 MiB for clients")
+	}
+	runtime.KeepAlive(bufs)
+	bufs = nil
+	held = 0
+	before := r.heap()
+	if !r.check() {
+		t.Fatalf("did not release after the burst (heap %d, base %d)", before, r.base)
+	}
+	if after := r.heap(); after+64<<20 > before {
+		t.Fatalf("the heap kept %d of %d bytes after the release", after, before)
+	}
+	if r.check() {
+		t.Fatal("released again without a new burst")
+	}
+	var m dto.Metric
+	if err := count.Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		t.Fatalf("releases counted %v (%v), want 1", m.GetCounter().GetValue(), err)
+	}
+}
