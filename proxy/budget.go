@@ -30,6 +30,7 @@ type budget struct {
 	limit   int64 // <= 0: no budget
 	total   atomic.Int64
 	high    atomic.Int64 // largest total seen
+	recent  atomic.Int64 // largest total since the last quietSince call
 	holders atomic.Int64 // accounts holding responses
 	paused  atomic.Int64 // accounts stopped by the budget
 	pauses  prometheus.Counter
@@ -44,12 +45,23 @@ func (b *budget) add(d int64) {
 		return
 	}
 	t := b.total.Add(d)
+	raise(&b.recent, t)
+	raise(&b.high, t)
+}
+
+// raise sets v to t when t is larger.
+func raise(v *atomic.Int64, t int64) {
 	for {
-		h := b.high.Load()
-		if t <= h || b.high.CompareAndSwap(h, t) {
+		h := v.Load()
+		if t <= h || v.CompareAndSwap(h, t) {
 			return
 		}
 	}
+}
+
+// peakSince returns the largest total since its previous call and starts counting again.
+func (b *budget) peakSince() int64 {
+	return b.recent.Swap(b.total.Load())
 }
 
 // share is what one connection may hold in responses now.

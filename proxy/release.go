@@ -13,14 +13,15 @@ import (
 // allocates nothing, so no collection runs to find those buffers dead and shrink the heap's
 // goal, and the runtime's scavenger returns pages only down to that goal. Resident memory then
 // stays at the burst's size for minutes (the runtime forces a collection every two minutes).
-// releaser gives those pages back once the proxy holds nearly nothing for its clients and the
-// heap has grown by more than surplus since its last release (or start): one collection and a
-// return of free pages (debug.FreeOSMemory), paid only after a burst, never while busy, and
+// releaser gives those pages back once the proxy held nearly nothing for its clients since its
+// last check (a producer at full speed holds megabytes at every moment) and the heap has grown
+// by more than surplus since its last release (or start): two collections and a return of free
+// pages (debug.FreeOSMemory, twice: see check), paid only after a burst, never while busy, and
 // at most once per surplus of growth when the heap grows for good (views loaded, say).
 type releaser struct {
-	held    func() int64 // bytes held for clients now (the budget's total)
+	held    func() int64 // the most bytes held for clients since the last check (the budget's peak)
 	every   time.Duration
-	idle    int64  // held below this: quiet enough to release
+	idle    int64  // held below this since the last check: quiet enough to release
 	surplus uint64 // growth of the heap worth a collection
 	base    uint64 // the heap after the last release
 	count   prometheus.Counter
@@ -54,6 +55,9 @@ func (r *releaser) check() bool {
 	if r.held() >= r.idle || r.heap() < r.base+r.surplus {
 		return false
 	}
+	// Twice: buffers pooled in a sync.Pool (gnet's byte slices) survive one collection in the
+	// pool's victim cache and are freed by the second.
+	debug.FreeOSMemory()
 	debug.FreeOSMemory()
 	r.base = r.heap()
 	r.count.Inc()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,11 @@ func TestReleaserAfterBurst(t *testing.T) {
 		t.Fatal("released while the proxy held 8 MiB for clients")
 	}
 	runtime.KeepAlive(bufs)
+	// Half of them end in a pool, as a proxy's buffers do: they must go too.
+	var pool sync.Pool
+	for _, b := range bufs[:64] {
+		pool.Put(&b)
+	}
 	bufs = nil
 	held = 0
 	before := r.heap()
@@ -41,5 +47,25 @@ func TestReleaserAfterBurst(t *testing.T) {
 	var m dto.Metric
 	if err := count.Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
 		t.Fatalf("releases counted %v (%v), want 1", m.GetCounter().GetValue(), err)
+	}
+}
+
+// The releaser judges quiet by the most bytes held since its last look, not at one instant.
+func TestBudgetPeakSince(t *testing.T) {
+	b := newBudget(0, prometheus.NewCounter(prometheus.CounterOpts{Name: "pauses"}))
+	b.add(5 << 20)
+	b.add(-5 << 20)
+	if p := b.peakSince(); p != 5<<20 {
+		t.Fatalf("peak %d, want the 5 MiB held in between", p)
+	}
+	if p := b.peakSince(); p != 0 {
+		t.Fatalf("peak %d after a quiet interval, want 0", p)
+	}
+	b.add(2 << 20)
+	if p := b.peakSince(); p != 2<<20 {
+		t.Fatalf("peak %d, want 2 MiB", p)
+	}
+	if p := b.peakSince(); p != 2<<20 {
+		t.Fatalf("peak %d while 2 MiB are still held, want 2 MiB", p)
 	}
 }

@@ -279,7 +279,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.closeIdle(runCtx) }()
 	}
-	rel := newReleaser(s.budget.total.Load, s.metrics.memoryReleases)
+	rel := newReleaser(s.budget.peakSince, s.metrics.memoryReleases)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); rel.run(runCtx) }()
 
