@@ -27,6 +27,10 @@ import (
 // producer's limit for ordered retries (max.in.flight.requests.per.connection = 5).
 const Depth = 5
 
+// answerSlack is how long past the request timeout an answer may take before the connection
+// is given up.
+const answerSlack = 10 * time.Second
+
 // maxRequestBytes bounds the record bytes of one request (a batch larger than it goes alone).
 const maxRequestBytes = 8 << 20
 
@@ -105,7 +109,6 @@ type Sink struct {
 
 	mu      sync.Mutex
 	jobs    []*job // partitions with batches to send, in arrival order (one job per partition at a time)
-	slots   int    // free request slots on the current connection
 	wake    chan struct{}
 	closed  bool
 	started bool
@@ -200,16 +203,21 @@ func (s *Sink) dropLocked(j *job, err error) {
 func (s *Sink) run() {
 	defer s.wg.Done()
 	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-s.wake:
-		}
+		// Batches still queued when a connection failed go out on the next one at once; only
+		// a sink with nothing to send waits to be woken.
 		s.mu.Lock()
 		idle := len(s.jobs) == 0
 		s.mu.Unlock()
 		if idle {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-s.wake:
+			}
 			continue
+		}
+		if s.ctx.Err() != nil {
+			return
 		}
 		c, err := s.dial(s.ctx, s.addr)
 		if err != nil {
@@ -245,6 +253,9 @@ func (s *Sink) serve(c *wire.Conn) {
 		for f := range sent {
 			if err == nil {
 				resp := kmsg.NewPtrProduceResponse()
+				// A broker answers within the request's timeout; one that does not (a
+				// connection gone silent) fails the connection rather than its callers' waits.
+				_ = c.SetReadDeadline(time.Now().Add(s.timeout + answerSlack))
 				if err = c.Receive(f.req, resp, f.corr); err != nil {
 					err = fmt.Errorf("reading from %s: %w", s.addr, err)
 					c.Close() // the writer's next write fails too

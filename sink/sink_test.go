@@ -211,3 +211,43 @@ func TestSinkConnectionLost(t *testing.T) {
 		t.Fatalf("dialled %d times, want a new connection after the loss", dials)
 	}
 }
+
+// Batches queued behind a connection that fails go out on a new connection at once, without
+// waiting for another Send to wake the sink.
+func TestSinkQueuedBatchesSurviveALostConnection(t *testing.T) {
+	f := newFixture(t, 2)
+	var first sync.Once
+	f.c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		first.Do(func() { time.Sleep(400 * time.Millisecond) }) // the first answer is late
+		return nil, nil, false
+	})
+	var mu sync.Mutex
+	var conns []*wire.Conn
+	dial := func(ctx context.Context, addr string) (*wire.Conn, error) {
+		c, err := f.dial(ctx, addr)
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		return c, err
+	}
+	s := New(f.addr, dial, 10*time.Second, nil)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Partition 0 fills every request slot; partition 1 waits in the queue.
+	go s.Send(ctx, "t", [16]byte{}, 0, f.batches(20, 0))
+	time.Sleep(100 * time.Millisecond)
+	done := make(chan []Result, 1)
+	go func() { done <- s.Send(ctx, "t", [16]byte{}, 1, f.batches(3, 0)) }()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	conns[0].Close()
+	mu.Unlock()
+	rs := <-done
+	for i, r := range rs {
+		if r.Err != nil || r.Answer.ErrorCode != 0 || r.Answer.BaseOffset != int64(i) {
+			t.Fatalf("queued batch %d after the connection was lost: %v code %d at %d", i, r.Err, r.Answer.ErrorCode, r.Answer.BaseOffset)
+		}
+	}
+}

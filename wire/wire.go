@@ -185,6 +185,9 @@ func (w *Conn) Window(ctx context.Context, n, depth int, req func(i int) kmsg.Re
 // uses them owns the ordering and must not mix them with RoundTrip, Pipeline or Window.
 func (w *Conn) Send(req kmsg.Request) (int32, error) { return w.send(req, noTag) }
 
+// SetReadDeadline bounds the next reads (see Send and Receive).
+func (w *Conn) SetReadDeadline(t time.Time) error { return w.c.SetReadDeadline(t) }
+
 // Receive reads the answer to the request sent with correlation id corr (see Send).
 func (w *Conn) Receive(req kmsg.Request, resp kmsg.Response, corr int32) error {
 	return w.receive(req, resp, corr)
