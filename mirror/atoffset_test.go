@@ -93,20 +93,11 @@ func (h *handClient) sendRaw(ctx context.Context, part int32, records []byte) km
 		h.conns[leader] = c
 		h.t.Cleanup(func() { c.Close() })
 	}
-	req := kmsg.NewPtrProduceRequest()
-	req.SetVersion(11)
-	req.Acks, req.TimeoutMillis = -1, 30000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = h.topic
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition, rp.Records = part, records
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp := kmsg.NewPtrProduceResponse()
-	if err := c.RoundTrip(ctx, req, resp, true); err != nil {
+	r, err := atOffset(ctx, c, h.topic, part, records)
+	if err != nil {
 		h.t.Fatal(err)
 	}
-	return resp.Topics[0].Partitions[0]
+	return r
 }
 
 func (e *env) createMirrorTopic(ctx context.Context, topic string, partitions int32) {

@@ -123,7 +123,12 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 		go func() {
 			defer wg.Done()
 			for _, req := range sets[p] {
-				if r := atOffset(ctx, t, conns[p], mtopic, int32(p), req); r.ErrorCode != 0 {
+				r, err := atOffset(ctx, conns[p], mtopic, int32(p), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.ErrorCode != 0 {
 					t.Errorf("at-offset write: %d %s", r.ErrorCode, msg(r))
 					return
 				}
@@ -268,7 +273,7 @@ func (h *handClient) leaderConn(ctx context.Context, part int32) *wire.Conn {
 }
 
 // atOffset sends one produce-at-offset request of one partition on c.
-func atOffset(ctx context.Context, t testing.TB, c *wire.Conn, topic string, part int32, records []byte) kmsg.ProduceResponseTopicPartition {
+func atOffset(ctx context.Context, c *wire.Conn, topic string, part int32, records []byte) (kmsg.ProduceResponseTopicPartition, error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(11)
 	req.Acks, req.TimeoutMillis = -1, 30000
@@ -280,10 +285,9 @@ func atOffset(ctx context.Context, t testing.TB, c *wire.Conn, topic string, par
 	req.Topics = append(req.Topics, rt)
 	resp := kmsg.NewPtrProduceResponse()
 	if err := c.RoundTrip(ctx, req, resp, true); err != nil {
-		t.Error(err)
-		return kmsg.ProduceResponseTopicPartition{ErrorCode: -1}
+		return kmsg.ProduceResponseTopicPartition{}, err
 	}
-	return resp.Topics[0].Partitions[0]
+	return resp.Topics[0].Partitions[0], nil
 }
 
 // stockWrite writes each partition's batches to D's topic as a stock idempotent producer does

@@ -833,44 +833,38 @@ func (e *engine) takeLocked(p *part, records []byte) {
 		return
 	}
 	p.max = e.cfg.MaxBytes
-	if c := p.chunk; c != nil {
-		// The waiting chunk grows by whole batches, up to MaxBytes; the rest is fetched again.
-		added := 0
-		for i, b := range sets {
-			h := hs[i]
-			if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
-				continue
-			}
-			if len(c.data)+len(b) > int(e.cfg.MaxBytes) {
-				// Full: the chunk stops growing until a writer takes it, and the batch that did
-				// not fit is asked for whole then.
-				p.max = max(e.cfg.MaxBytes+1, int32(len(b)))
-				break
-			}
-			c.data = append(c.data, b...)
-			c.hs = append(c.hs, h)
-			p.next = h.LastOffset() + 1
-			added += len(b)
-		}
-		e.buffered += int64(added)
-		return
+	// A chunk waiting for its writer grows by whole batches, up to MaxBytes (the rest is
+	// fetched again); otherwise the answer is a new chunk.
+	c, growing := p.chunk, p.chunk != nil
+	if !growing {
+		c = &chunk{from: p.next}
 	}
-	c := chunk{from: p.next}
+	added := 0
 	for i, b := range sets {
 		h := hs[i]
 		if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
 			continue
 		}
+		if growing && len(c.data)+len(b) > int(e.cfg.MaxBytes) {
+			// Full: the chunk stops growing until a writer takes it, and the batch that did
+			// not fit is asked for whole then.
+			p.max = max(e.cfg.MaxBytes+1, int32(len(b)))
+			break
+		}
 		c.data = append(c.data, b...)
 		c.hs = append(c.hs, h)
+		added += len(b)
 	}
-	if len(c.hs) == 0 {
+	if added == 0 {
+		return
+	}
+	p.next = c.hs[len(c.hs)-1].LastOffset() + 1
+	e.buffered += int64(added)
+	if growing {
 		return
 	}
 	c.from = min(c.from, c.hs[0].BaseOffset) // a batch that holds the fetch offset starts before it
-	p.chunk = &c
-	p.next = c.hs[len(c.hs)-1].LastOffset() + 1
-	e.buffered += int64(len(c.data))
+	p.chunk = c
 	if !p.writing {
 		e.ready = append(e.ready, p)
 		e.kick(e.readyWake)

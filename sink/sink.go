@@ -38,14 +38,6 @@ const maxRequestBytes = 8 << 20
 // failed, or the sink closed.
 var ErrNotSent = errors.New("not sent: an earlier batch of the partition failed")
 
-// Batch is one record batch for one partition.
-type Batch struct {
-	Topic     string
-	TopicID   [16]byte
-	Partition int32
-	Data      []byte
-}
-
 // Result is a batch's outcome: the broker's answer for its partition, or Err when there was
 // none (the connection failed, or the batch was not sent).
 type Result struct {
@@ -62,7 +54,7 @@ type tp struct {
 // job is one Send call: a partition's batches, in order, and their outcomes.
 type job struct {
 	key     tp
-	batches []Batch
+	batches [][]byte // the partition's record batches, in order
 	results []Result
 	next    int // the first batch not yet sent
 	left    int // batches without an outcome yet
@@ -145,10 +137,7 @@ func (s *Sink) Close() {
 // Send writes a partition's batches, in order, and returns their outcomes. One partition must
 // not have two Sends at once (its batches would interleave).
 func (s *Sink) Send(ctx context.Context, topic string, id [16]byte, partition int32, data [][]byte) []Result {
-	j := &job{key: tp{id, topic, partition}, results: make([]Result, len(data)), left: len(data), done: make(chan struct{})}
-	for _, d := range data {
-		j.batches = append(j.batches, Batch{topic, id, partition, d})
-	}
+	j := &job{key: tp{id, topic, partition}, batches: data, results: make([]Result, len(data)), left: len(data), done: make(chan struct{})}
 	if len(data) == 0 {
 		return nil
 	}
@@ -328,7 +317,7 @@ func (s *Sink) next() inflight {
 			continue
 		}
 		b := j.batches[j.next]
-		if len(f.slots) > 0 && bytes+len(b.Data) > maxRequestBytes {
+		if len(f.slots) > 0 && bytes+len(b) > maxRequestBytes {
 			break
 		}
 		if f.req == nil {
@@ -342,15 +331,15 @@ func (s *Sink) next() inflight {
 			ti = len(f.req.Topics)
 			topics[tk] = ti
 			rt := kmsg.NewProduceRequestTopic()
-			rt.Topic, rt.TopicID = b.Topic, b.TopicID
+			rt.Topic, rt.TopicID = j.key.topic, j.key.id
 			f.req.Topics = append(f.req.Topics, rt)
 		}
 		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition, rp.Records = b.Partition, b.Data
+		rp.Partition, rp.Records = j.key.partition, b
 		f.req.Topics[ti].Partitions = append(f.req.Topics[ti].Partitions, rp)
 		f.slots = append(f.slots, slot{j, j.next})
 		j.next++
-		bytes += len(b.Data)
+		bytes += len(b)
 	}
 	// Jobs with everything sent leave the queue (their answers still come back to them).
 	kept := s.jobs[:0]
@@ -369,14 +358,14 @@ func (s *Sink) answered(f inflight, resp *kmsg.ProduceResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sl := range f.slots {
-		b := sl.j.batches[sl.i]
-		r := Result{Err: fmt.Errorf("the answer from %s has no partition %s[%d]", s.addr, b.Topic, b.Partition)}
+		k := sl.j.key
+		r := Result{Err: fmt.Errorf("the answer from %s has no partition %s[%d]", s.addr, k.topic, k.partition)}
 		for _, rt := range resp.Topics {
-			if rt.Topic != b.Topic { // v9 answers name topics
+			if rt.Topic != k.topic { // v9 answers name topics
 				continue
 			}
 			for _, rp := range rt.Partitions {
-				if rp.Partition == b.Partition {
+				if rp.Partition == k.partition {
 					r = Result{Answer: rp}
 				}
 			}
