@@ -337,6 +337,7 @@ func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []ref
 	// The request was decoded without copying; keep what the asynchronous step needs.
 	req = cloneProduce(req)
 	m := s.cfg.Mirror
+	r.writes = writeKeys(writes)
 	r.async = func(ctx context.Context) func(*Session, *request) error {
 		results := make([]refusal, len(writes))
 		var wg sync.WaitGroup

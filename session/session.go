@@ -199,6 +199,10 @@ type Session struct {
 	closing error
 
 	blocked bool // an async request is pending: take no more client requests
+	// writes is the number of produce-at-offset writes running while the connection goes on
+	// (overlap.go), writing their partitions.
+	writes  int
+	writing map[writeKey]int
 	// carrier carries moved groups' requests to the destination (moves.go); made on first use.
 	carrier Carrier
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
@@ -346,6 +350,10 @@ func (s *Session) HandleClient(buf []byte) (int, error) {
 			break
 		}
 		frame := buf[off : off+4+size]
+		if s.writes > 0 && !s.mayOverlap(frame) {
+			// Taken once the writes before it are done (their finish resumes the connection).
+			break
+		}
 		out, asIs, err := s.request(frame)
 		if err != nil {
 			flushFwd(off)
@@ -390,6 +398,12 @@ type request struct {
 	// asyncWait, when above zero, bounds async instead of WaitTimeout (a request the
 	// destination may hold for long, like a JoinGroup).
 	asyncWait time.Duration
+	// writes, set with async, says the blocking work is produce-at-offset writes of these
+	// partitions and nothing else: the connection's next requests need not wait for it
+	// (overlap.go). Its answer's place is the slot reserved at seq.
+	writes   []writeKey
+	reserved bool
+	seq      uint64
 
 	req      kmsg.Request // the decoded body (judge.go)
 	lookedUp bool         // the decision's needs were fetched from the destination
@@ -460,6 +474,9 @@ func (s *Session) complete(sl slot, r *request) []byte {
 	if r.onResp != nil {
 		sl.rewrite = r.onResp
 	}
+	if r.reserved {
+		return s.completeReserved(sl, r)
+	}
 	switch {
 	case r.drop:
 		return nil
@@ -484,13 +501,48 @@ func (s *Session) complete(sl slot, r *request) []byte {
 	return r.replace
 }
 
-// startAsync runs a request's blocking work off the session's goroutine and stops taking
-// client requests until it is finished.
+// completeReserved is complete for a request whose slot was reserved when its write started:
+// the slot gets the answer, or waits for the broker's when the rest of the request is
+// forwarded.
+func (s *Session) completeReserved(sl slot, r *request) []byte {
+	at := s.slots.at(r.seq)
+	switch {
+	case r.drop:
+		// Only an acks=0 request is dropped, and those never reserve a slot: answered empty
+		// rather than held for ever.
+		at.done = true
+		return nil
+	case r.answer != nil:
+		s.cfg.Observer.LocalAnswer(sl.key)
+		at.done, at.out = true, r.answer
+		s.held += len(at.out)
+		return nil
+	}
+	at.upstream, at.rewrite = true, sl.rewrite
+	s.upstream.pushSeq(r.seq)
+	return r.replace
+}
+
+// startAsync runs a request's blocking work off the session's goroutine. Until it is finished
+// the connection takes no further client request, unless the work is produce-at-offset writes
+// (overlap.go): then the request's answer gets its slot now and the connection goes on.
 func (s *Session) startAsync(sl slot, r *request) {
 	r.detach()
 	work := r.async
 	r.async = nil
-	s.blocked = true
+	switch {
+	case r.reserved:
+		// More work of a write already under way: its slot and partitions are held.
+	case r.writes != nil && !sl.noResp:
+		r.reserved = true
+		r.seq = s.slots.push(sl)
+		s.count(1)
+		s.hold(r.writes)
+		// A lookup of this request may have blocked the connection until now.
+		s.blocked = false
+	default:
+		s.blocked = true
+	}
 	ctx := s.ctx
 	go func() {
 		wait := s.cfg.WaitTimeout
@@ -510,11 +562,19 @@ func (s *Session) startAsync(sl slot, r *request) {
 				return
 			}
 			if r.async != nil {
-				// Finishing asked for more blocking work: run it too.
+				// Finishing asked for more blocking work: run it too. When that work is a
+				// write the connection may go on meanwhile (overlap.go).
 				s.startAsync(sl, r)
+				if !s.blocked {
+					s.conn.Resume()
+				}
 				return
 			}
-			s.blocked = false
+			if r.reserved {
+				s.release(r.writes)
+			} else {
+				s.blocked = false
+			}
 			out := s.complete(sl, r)
 			switch {
 			case out != nil:
@@ -689,7 +749,9 @@ func (s *Session) flush() {
 		if !sl.done {
 			return
 		}
-		s.conn.WriteClient(sl.out)
+		if len(sl.out) > 0 {
+			s.conn.WriteClient(sl.out)
+		}
 		s.held -= len(sl.out)
 		if !sl.upstream {
 			s.cfg.Observer.Response(sl.key, len(sl.out), time.Since(sl.start))

@@ -1,0 +1,91 @@
+package session
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+)
+
+// Produce-at-offset writes of one connection overlap.
+//
+// A request that waits for blocking work stops the connection's further requests until it is
+// done (order). A produce-at-offset write is the one exception: it touches nothing but its
+// mirror partitions, so a mirroring client that sends writes for several partitions on one
+// connection gets them written at once, as it would over several connections. The write's
+// answer keeps its place by a slot reserved when the write starts (startAsync). While writes
+// run, only a Produce that names none of their partitions is taken (it may become a write of
+// its own, be refused or be forwarded: none of that reads or changes the partitions being
+// written); any other request, or a Produce naming one of them, waits until they are done,
+// exactly as behind any other blocking request. So a connection's requests for one partition
+// are still handled one after the other, and nothing a client reads (Fetch, ListOffsets,
+// Metadata) is answered before the writes sent ahead of it.
+
+// writeKey names a mirror partition being written.
+type writeKey struct {
+	topic     string
+	partition int32
+}
+
+// writeKeys are the partitions of a request's produce-at-offset writes.
+func writeKeys(ws []atOffsetPart) []writeKey {
+	ks := make([]writeKey, 0, len(ws))
+	for _, w := range ws {
+		ks = append(ks, writeKey{topic: w.info.Name, partition: w.partition})
+	}
+	return ks
+}
+
+// hold records the partitions of a write that started.
+func (s *Session) hold(ks []writeKey) {
+	if s.writing == nil {
+		s.writing = make(map[writeKey]int)
+	}
+	for _, k := range ks {
+		s.writing[k]++
+	}
+	s.writes++
+}
+
+// release forgets the partitions of a write that finished.
+func (s *Session) release(ks []writeKey) {
+	for _, k := range ks {
+		if s.writing[k]--; s.writing[k] <= 0 {
+			delete(s.writing, k)
+		}
+	}
+	s.writes--
+}
+
+// mayOverlap reports whether the client's next frame may be taken while writes run: a Produce
+// (with a response) that names none of the partitions being written. A frame it cannot read,
+// a topic id it cannot name, anything else: it waits.
+func (s *Session) mayOverlap(frame []byte) bool {
+	h, err := parseReqHeader(frame[4:])
+	if err != nil || kmsg.Key(h.key) != kmsg.Produce || !Supported(h.key, h.version) {
+		return false
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(h.version)
+	if err := req.ReadFrom(frame[4+h.bodyOff:]); err != nil || req.Acks == 0 {
+		return false
+	}
+	for _, t := range req.Topics {
+		name := t.Topic
+		if h.version >= 13 {
+			if s.cfg.Catalog == nil {
+				return false
+			}
+			info, ok := s.cfg.Catalog.ByID(catalog.TopicID(t.TopicID))
+			if !ok {
+				return false
+			}
+			name = info.Name
+		}
+		for _, p := range t.Partitions {
+			if s.writing[writeKey{topic: name, partition: p.Partition}] > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,228 @@
+package session
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+	"offsetgate/magic"
+	"offsetgate/rules"
+)
+
+// gateMirror holds every write until the test releases it, and notes when two writes of one
+// partition ran at once.
+type gateMirror struct {
+	started chan int32
+	release map[int32]chan struct{}
+
+	mu       sync.Mutex
+	running  map[int32]int
+	samePart bool
+}
+
+func newGateMirror(parts ...int32) *gateMirror {
+	m := &gateMirror{started: make(chan int32, 16), release: map[int32]chan struct{}{}, running: map[int32]int{}}
+	for _, p := range parts {
+		m.release[p] = make(chan struct{}, 4)
+	}
+	return m
+}
+
+func (m *gateMirror) Write(ctx context.Context, _ catalog.Topic, p int32, _ []byte, _ int64) (int16, string, int64) {
+	m.mu.Lock()
+	m.running[p]++
+	if m.running[p] > 1 {
+		m.samePart = true
+	}
+	m.mu.Unlock()
+	m.started <- p
+	select {
+	case <-m.release[p]:
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	m.running[p]--
+	m.mu.Unlock()
+	return 0, "", 100 + int64(p)
+}
+
+// atOffsetFrame is a produce-at-offset request (magic header) for one partition of topic.
+func atOffsetFrame(topic string, p int32, corr int32) []byte {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(11)
+	req.Acks, req.TimeoutMillis = -1, 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = p, []byte{1, 2, 3}
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	frame := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, 11, corr, "mirror", -1)
+	frame = req.AppendTo(frame)
+	putLen(frame)
+	return frame
+}
+
+func (m *gateMirror) waitStart(t *testing.T, want int32) {
+	t.Helper()
+	select {
+	case p := <-m.started:
+		if p != want {
+			t.Fatalf("the write of partition %d started, want %d", p, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the write of partition %d never started", want)
+	}
+}
+
+func (m *gateMirror) noStart(t *testing.T) {
+	t.Helper()
+	select {
+	case p := <-m.started:
+		t.Fatalf("the write of partition %d started while an earlier write of it ran", p)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func runPost(t *testing.T, c *postConn) {
+	t.Helper()
+	select {
+	case fn := <-c.posts:
+		fn()
+	case <-time.After(5 * time.Second):
+		t.Fatal("no write finished")
+	}
+}
+
+// Produce-at-offset requests of one connection for different partitions are written at once;
+// a request for a partition being written, or any other request, waits for the writes before
+// it; answers leave in request order.
+func TestAtOffsetWritesOverlap(t *testing.T) {
+	mirror := newGateMirror(0, 1)
+	fc := &postConn{posts: make(chan func(), 8)}
+	policy, err := rules.NewPolicy(rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://t/mirror", Topics: []string{"m*"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Catalog: fuzzCatalog{}, Mirror: mirror, Policy: func() *rules.Policy { return policy }}, fc)
+	defer s.Close()
+	s.SetIdentity(rules.Identity{TLSSubject: "CN=m", TLSSANs: []string{"URI:spiffe://t/mirror"}})
+
+	a, b := atOffsetFrame("mtopic", 0, 1), atOffsetFrame("mtopic", 1, 2)
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(12)
+	c := reqFrame(md, 3)
+	d := atOffsetFrame("mtopic", 0, 4)
+	in := append(append(append(append([]byte(nil), a...), b...), c...), d...)
+
+	n, err := s.HandleClient(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(a)+len(b) {
+		t.Fatalf("consumed %d bytes, want the two writes' %d (the Metadata behind them waits)", n, len(a)+len(b))
+	}
+	mirror.waitStart(t, 0)
+	mirror.waitStart(t, 1) // before the first is done: the writes overlap
+	rest := in[n:]
+
+	// The second write finishes first: its answer waits for the first's.
+	mirror.release[1] <- struct{}{}
+	runPost(t, fc)
+	if fc.client.Len() != 0 {
+		t.Fatal("the second write's answer left before the first's")
+	}
+	if n, err := s.HandleClient(rest); err != nil || n != 0 {
+		t.Fatalf("a Metadata request was taken while a write ran: consumed %d, %v", n, err)
+	}
+	mirror.release[0] <- struct{}{}
+	runPost(t, fc)
+	out := frames(t, fc.client.Bytes())
+	if len(out) != 2 || corrOf(out[0]) != 1 || corrOf(out[1]) != 2 {
+		t.Fatalf("%d answers after both writes, want correlation ids 1, 2 in order", len(out))
+	}
+	for i, f := range out {
+		resp := kmsg.NewPtrProduceResponse()
+		resp.SetVersion(11)
+		if err := resp.ReadFrom(f[9:]); err != nil {
+			t.Fatal(err)
+		}
+		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.Partition != int32(i) || p.BaseOffset != 100+int64(i) {
+			t.Fatalf("answer %d: %+v", i, p)
+		}
+	}
+	fc.client.Reset()
+
+	// Now the Metadata goes upstream and the next write of partition 0 starts; the write's
+	// answer waits for the broker's Metadata answer.
+	n, err = s.HandleClient(rest)
+	if err != nil || n != len(rest) {
+		t.Fatalf("consumed %d of %d: %v", n, len(rest), err)
+	}
+	if fc.upstream.Len() == 0 {
+		t.Fatal("the Metadata request was not forwarded")
+	}
+	mirror.waitStart(t, 0)
+	mirror.release[0] <- struct{}{}
+	runPost(t, fc)
+	if fc.client.Len() != 0 {
+		t.Fatal("the write's answer overtook the Metadata answer")
+	}
+	mdr := kmsg.NewPtrMetadataResponse()
+	mdr.SetVersion(12)
+	if _, err := s.HandleUpstream(respFrame(3, true, mdr)); err != nil {
+		t.Fatal(err)
+	}
+	out = frames(t, fc.client.Bytes())
+	if len(out) != 2 || corrOf(out[0]) != 3 || corrOf(out[1]) != 4 {
+		t.Fatalf("answers %d, want Metadata (3) then the write (4)", len(out))
+	}
+	if s.Busy() {
+		t.Fatal("the session is still busy with nothing in flight")
+	}
+	if mirror.samePart {
+		t.Fatal("two writes of one partition ran at once")
+	}
+}
+
+// A second write of a partition being written waits, even when it comes first in the buffer
+// after a write of another partition.
+func TestAtOffsetSamePartitionWaits(t *testing.T) {
+	mirror := newGateMirror(0, 1)
+	fc := &postConn{posts: make(chan func(), 8)}
+	policy, err := rules.NewPolicy(rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://t/mirror", Topics: []string{"m*"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Catalog: fuzzCatalog{}, Mirror: mirror, Policy: func() *rules.Policy { return policy }}, fc)
+	defer s.Close()
+	s.SetIdentity(rules.Identity{TLSSubject: "CN=m", TLSSANs: []string{"URI:spiffe://t/mirror"}})
+
+	a, b := atOffsetFrame("mtopic", 0, 1), atOffsetFrame("mtopic", 0, 2)
+	in := append(append([]byte(nil), a...), b...)
+	n, err := s.HandleClient(in)
+	if err != nil || n != len(a) {
+		t.Fatalf("consumed %d, want only the first write's %d: %v", n, len(a), err)
+	}
+	mirror.waitStart(t, 0)
+	mirror.noStart(t)
+	mirror.release[0] <- struct{}{}
+	runPost(t, fc)
+	if n, err := s.HandleClient(in[len(a):]); err != nil || n != len(b) {
+		t.Fatalf("the second write was not taken after the first: %d, %v", n, err)
+	}
+	mirror.waitStart(t, 0)
+	mirror.release[0] <- struct{}{}
+	runPost(t, fc)
+	out := frames(t, fc.client.Bytes())
+	if len(out) != 2 || corrOf(out[0]) != 1 || corrOf(out[1]) != 2 {
+		t.Fatalf("%d answers, want 1 then 2", len(out))
+	}
+	if mirror.samePart {
+		t.Fatal("two writes of one partition ran at once")
+	}
+}
