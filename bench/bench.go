@@ -39,13 +39,19 @@ const (
 	// PathBaseline is another offsetgate binary (an earlier build, say) measured in the same
 	// run, so that a change to offsetgate is judged against what it replaces on equal terms.
 	PathBaseline = "baseline"
+	// PathPeer is grepplabs/kafka-proxy (PeerVersion), the pass-through proxy users would pick
+	// instead, when its binary is given.
+	PathPeer = "kafka-proxy"
 )
 
 // Paths lists the paths every run measures, in report order.
 var Paths = []string{PathDirect, PathRelay, PathOffsetgate}
 
 // allPaths is Paths and the baseline, for what a run may hold.
-var allPaths = []string{PathDirect, PathRelay, PathOffsetgate, PathBaseline}
+var allPaths = []string{PathDirect, PathRelay, PathOffsetgate, PathPeer, PathBaseline}
+
+// optional reports whether a path is measured only when its binary is given.
+func optional(p string) bool { return p == PathBaseline || p == PathPeer }
 
 // Config is one benchmark run.
 type Config struct {
@@ -55,6 +61,8 @@ type Config struct {
 	OffsetgateBin string
 	// BaselineBin, when set, is a second offsetgate binary measured as path "baseline".
 	BaselineBin string
+	// PeerBin, when set, is a grepplabs/kafka-proxy binary measured as path "kafka-proxy".
+	PeerBin string
 	// Relay makes the command that runs RelayMain for the given broker addresses.
 	Relay func(targets []string) *exec.Cmd
 	// Mode labels the run in the report: "full", "quick", "test".
@@ -137,6 +145,8 @@ type Settings struct {
 	Units               string  `json:"units"`
 	// Baseline describes the baseline binary, when one was measured.
 	Baseline string `json:"baseline,omitempty"`
+	// Peer describes the kafka-proxy binary and its settings, when it was measured.
+	Peer string `json:"peer,omitempty"`
 }
 
 // Case is one record size and partition count.
@@ -303,6 +313,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Settings.Baseline += ", built from commit " + c
 		}
 	}
+	if cfg.PeerBin != "" {
+		rep.Settings.Peer = fmt.Sprintf("grepplabs/kafka-proxy %s (%s) with %v", PeerVersion, cfg.PeerBin, PeerArgs)
+	}
 	r := &runner{cfg: cfg, rep: rep, runID: strconv.FormatInt(time.Now().Unix()%1e6, 36) + strconv.Itoa(rand.IntN(1000)),
 		payloads: map[int][]byte{}}
 	for _, n := range cfg.Dest.Nodes {
@@ -352,6 +365,15 @@ func (r *runner) run(ctx context.Context) error {
 		{name: PathOffsetgate, opts: []kgo.Opt{common, kgo.SeedBrokers(og.listen)}, pid: og.pid()},
 	}
 	r.logf("offsetgate %s (pid %d, admin %s), relay pid %d %v, brokers %s", og.listen, og.pid(), og.admin, relay.pid(), relay.addr, cfg.Dest.Bootstrap())
+	if cfg.PeerBin != "" {
+		peer, err := startPeer(ctx, cfg.PeerBin, cfg.Dest.Addrs(), cfg.LogDir)
+		if err != nil {
+			return err
+		}
+		defer peer.stop()
+		r.paths = append(r.paths, pathSetup{name: PathPeer, opts: []kgo.Opt{common, kgo.SeedBrokers(peer.listen[0])}, pid: peer.pid()})
+		r.logf("kafka-proxy %v (pid %d) from %s %v", peer.listen, peer.pid(), cfg.PeerBin, PeerArgs)
+	}
 	if cfg.BaselineBin != "" {
 		base, err := startOffsetgate(ctx, cfg.BaselineBin, cfg.Dest, cfg.LogDir, "baseline")
 		if err != nil {
@@ -776,7 +798,7 @@ func throughputs(m map[string][]Sample) []Throughput {
 	var out []Throughput
 	for _, p := range allPaths {
 		ss, ok := m[p]
-		if !ok && p == PathBaseline {
+		if !ok && optional(p) {
 			continue
 		}
 		t := Throughput{Path: p, Samples: ss,
@@ -799,7 +821,7 @@ func latencies(m map[string][]Sample) []Latency {
 	var out []Latency
 	for _, p := range allPaths {
 		ss, ok := m[p]
-		if !ok && p == PathBaseline {
+		if !ok && optional(p) {
 			continue
 		}
 		out = append(out, Latency{Path: p, Samples: ss,

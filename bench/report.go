@@ -38,6 +38,35 @@ func Evaluate(rep *Report) []Target {
 			}
 		}
 	}
+	// Against the peer proxy (issue 19): throughput at least its, CPU per GB at most its and
+	// within 1.3x of the relay's, resident memory under load within 2x of its.
+	for _, c := range rep.Cases {
+		for _, m := range []struct {
+			what string
+			ts   []Throughput
+		}{{"saturation", c.Saturation}, {"consume", c.Consume}} {
+			o, ok1 := find(m.ts, tpath, PathOffsetgate)
+			p, ok2 := find(m.ts, tpath, PathPeer)
+			r, ok3 := find(m.ts, tpath, PathRelay)
+			if !ok1 || !ok2 || p.MBps <= 0 || p.ProxyCPUPerGB <= 0 {
+				continue
+			}
+			out = append(out, Target{Name: m.what + " throughput vs kafka-proxy", Case: c.Name, Value: 100 * o.MBps / p.MBps,
+				Limit: 100, Unit: "%", Pass: o.MBps >= p.MBps})
+			out = append(out, Target{Name: m.what + " CPU/GB vs kafka-proxy", Case: c.Name, Value: o.ProxyCPUPerGB / p.ProxyCPUPerGB,
+				Limit: 1, Unit: "x", Pass: o.ProxyCPUPerGB <= p.ProxyCPUPerGB})
+			if ok3 && r.ProxyCPUPerGB > 0 {
+				out = append(out, Target{Name: m.what + " CPU/GB vs relay", Case: c.Name, Value: o.ProxyCPUPerGB / r.ProxyCPUPerGB,
+					Limit: 1.3, Unit: "x", Pass: o.ProxyCPUPerGB <= 1.3*r.ProxyCPUPerGB})
+			}
+		}
+	}
+	if o, ok := find(rep.Memory, mproc, PathOffsetgate); ok {
+		if p, ok := find(rep.Memory, mproc, PathPeer); ok && p.PeakRSSKiB > 0 {
+			out = append(out, Target{Name: "peak RSS vs kafka-proxy", Case: "all cases", Value: float64(o.PeakRSSKiB) / float64(p.PeakRSSKiB),
+				Limit: 2, Unit: "x", Pass: o.PeakRSSKiB <= 2*p.PeakRSSKiB})
+		}
+	}
 	if rep.Idle != nil && rep.Idle.Opened > 0 {
 		out = append(out, Target{Name: "memory per idle connection", Case: fmt.Sprintf("%d connections", rep.Idle.Opened),
 			Value: rep.Idle.BytesPerConn / 1024, Limit: TargetIdleBytes / 1024, Unit: "KiB", Pass: rep.Idle.BytesPerConn < TargetIdleBytes})
@@ -81,6 +110,7 @@ func find[T any](xs []T, path func(T) string, p string) (T, bool) {
 }
 
 func tpath(t Throughput) string { return t.Path }
+func mproc(m ProcMemory) string { return m.Process }
 func lpath(l Latency) string    { return l.Path }
 
 // WriteTable prints the report for people.
@@ -140,6 +170,7 @@ func WriteTable(w io.Writer, rep *Report) {
 	throughputTable("Consume (read the direct path's data set back from the start)", func(c Case) []Throughput { return c.Consume })
 
 	baselineTables(w, rep)
+	peerTables(w, rep)
 
 	if len(rep.Memory) > 0 {
 		fmt.Fprintf(w, "\nMemory after the throughput cases:")
@@ -224,6 +255,41 @@ func baselineTables(w io.Writer, rep *Report) {
 		b, _ := find(c.FixedLoad.Paths, lpath, PathBaseline)
 		o, _ := find(c.FixedLoad.Paths, lpath, PathOffsetgate)
 		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", c.Name, b.P50Ms, b.P99Ms, b.ProxyCPUPerGB, o.P50Ms, o.P99Ms, o.ProxyCPUPerGB)
+	}
+	tw.Flush()
+}
+
+// peerTables compares offsetgate with kafka-proxy and the relay, when the run measured the peer.
+func peerTables(w io.Writer, rep *Report) {
+	if len(rep.Cases) == 0 {
+		return
+	}
+	if _, ok := find(rep.Cases[0].Saturation, tpath, PathPeer); !ok {
+		return
+	}
+	fmt.Fprintf(w, "\nOffsetgate against %s, same run; og/peer >= 100%% is as fast, CPU og/peer <= 100%% as cheap\n", rep.Settings.Peer)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\tmeasure\tkafka-proxy MB/s\toffsetgate MB/s\tog/peer\tkafka-proxy CPU s/GB\toffsetgate CPU s/GB\tCPU og/peer\tCPU og/relay\t")
+	row := func(c Case, what string, ts []Throughput) {
+		p, _ := find(ts, tpath, PathPeer)
+		o, _ := find(ts, tpath, PathOffsetgate)
+		r, _ := find(ts, tpath, PathRelay)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%s\t%s\t\n", c.Name, what, p.MBps, o.MBps, pct(o.MBps, p.MBps),
+			p.ProxyCPUPerGB, o.ProxyCPUPerGB, pct(o.ProxyCPUPerGB, p.ProxyCPUPerGB), pct(o.ProxyCPUPerGB, r.ProxyCPUPerGB))
+	}
+	for _, c := range rep.Cases {
+		row(c, "saturation", c.Saturation)
+		row(c, "consume", c.Consume)
+	}
+	tw.Flush()
+	fmt.Fprintln(tw, "case\tkafka-proxy p50\tp99\tCPU s/GB\toffsetgate p50\tp99\tCPU s/GB\t")
+	for _, c := range rep.Cases {
+		if c.FixedLoad == nil {
+			continue
+		}
+		p, _ := find(c.FixedLoad.Paths, lpath, PathPeer)
+		o, _ := find(c.FixedLoad.Paths, lpath, PathOffsetgate)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", c.Name, p.P50Ms, p.P99Ms, p.ProxyCPUPerGB, o.P50Ms, o.P99Ms, o.ProxyCPUPerGB)
 	}
 	tw.Flush()
 }

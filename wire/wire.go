@@ -185,6 +185,10 @@ func (w *Conn) Window(ctx context.Context, n, depth int, req func(i int) kmsg.Re
 // uses them owns the ordering and must not mix them with RoundTrip, Pipeline or Window.
 func (w *Conn) Send(req kmsg.Request) (int32, error) { return w.send(req, noTag) }
 
+// SendAtOffset sends a request with the produce-at-offset magic header (from: the source
+// offset the request continues from, -1 for none) without waiting for its answer (see Receive).
+func (w *Conn) SendAtOffset(req kmsg.Request, from int64) (int32, error) { return w.send(req, from) }
+
 // SetReadDeadline bounds the next reads (see Send and Receive).
 func (w *Conn) SetReadDeadline(t time.Time) error { return w.c.SetReadDeadline(t) }
 

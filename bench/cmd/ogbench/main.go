@@ -86,6 +86,7 @@ func run(args []string) error {
 	clusters := fs.String("clusters", "", "state file from scripts/kafka: use its destination cluster instead of starting one")
 	ogBin := fs.String("offsetgate", "bin/offsetgate", "offsetgate binary")
 	baseline := fs.String("baseline", "", "a second offsetgate binary (an earlier build) measured as path \"baseline\" in the same run (default outputs: docs/bench/baseline-DATE.json, no chart)")
+	peer := fs.String("peer", "", "a grepplabs/kafka-proxy binary ("+bench.PeerVersion+") measured as path \"kafka-proxy\" in the same run (scripts/bench installs one into .cache when the module proxy serves it)")
 	mib := fs.Int("mib", 0, "MiB of record payload per case and path (default 512, quick 32)")
 	sizes := fs.String("sizes", "1024,65536", "record sizes in bytes, comma separated")
 	parts := fs.String("partitions", "1,16", "partition counts, comma separated")
@@ -146,6 +147,13 @@ func run(args []string) error {
 			return fmt.Errorf("baseline binary: %w", err)
 		}
 	}
+	if *peer != "" {
+		if _, err := os.Stat(*peer); err != nil {
+			return fmt.Errorf("kafka-proxy binary: %w", err)
+		}
+	} else {
+		fmt.Fprintln(os.Stderr, "ogbench: no kafka-proxy binary (--peer): the peer proxy is not measured in this run")
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -192,6 +200,7 @@ func run(args []string) error {
 		Dest:          dest,
 		OffsetgateBin: *ogBin,
 		BaselineBin:   *baseline,
+		PeerBin:       *peer,
 		Relay: func(targets []string) *exec.Cmd {
 			return exec.Command(exe, append([]string{"relay"}, targets...)...)
 		},

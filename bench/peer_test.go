@@ -1,0 +1,66 @@
+package bench_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"offsetgate/bench"
+)
+
+// With kafka-proxy measured, the report judges offsetgate against it and the relay (issue
+// 19's targets) and prints the comparison; without it, neither appears.
+func TestPeerTargets(t *testing.T) {
+	tp := func(path string, mbps, cpu float64) bench.Throughput {
+		return bench.Throughput{Path: path, MBps: mbps, ProxyCPUPerGB: cpu}
+	}
+	rep := &bench.Report{
+		Settings: bench.Settings{Peer: "grepplabs/kafka-proxy " + bench.PeerVersion},
+		Cases: []bench.Case{{
+			Name:       "1KiB x 1p",
+			Saturation: []bench.Throughput{tp(bench.PathDirect, 100, 0), tp(bench.PathRelay, 95, 0.5), tp(bench.PathOffsetgate, 90, 0.6), tp(bench.PathPeer, 80, 0.8)},
+			Consume:    []bench.Throughput{tp(bench.PathDirect, 100, 0), tp(bench.PathRelay, 95, 0.5), tp(bench.PathOffsetgate, 70, 0.9), tp(bench.PathPeer, 80, 0.8)},
+		}},
+		Memory: []bench.ProcMemory{{Process: bench.PathOffsetgate, PeakRSSKiB: 60 << 10}, {Process: bench.PathPeer, PeakRSSKiB: 20 << 10}},
+	}
+	got := map[string]bool{}
+	for _, tg := range bench.Evaluate(rep) {
+		got[tg.Name] = tg.Pass
+	}
+	want := map[string]bool{
+		"saturation throughput vs kafka-proxy": true,
+		"saturation CPU/GB vs kafka-proxy":     true,
+		"saturation CPU/GB vs relay":           true, // 0.6 <= 1.3 x 0.5
+		"consume throughput vs kafka-proxy":    false,
+		"consume CPU/GB vs kafka-proxy":        false,
+		"consume CPU/GB vs relay":              false, // 0.9 > 1.3 x 0.5
+		"peak RSS vs kafka-proxy":              false, // 60 MiB > 2 x 20 MiB
+	}
+	for name, pass := range want {
+		if p, ok := got[name]; !ok || p != pass {
+			t.Errorf("target %q: present %v, pass %v; want pass %v", name, ok, p, pass)
+		}
+	}
+	var out bytes.Buffer
+	bench.WriteTable(&out, rep)
+	if !strings.Contains(out.String(), "Offsetgate against grepplabs/kafka-proxy") {
+		t.Fatalf("no comparison table:\n%s", out.String())
+	}
+
+	// Without the peer: no peer targets, no table.
+	for i := range rep.Cases {
+		rep.Cases[i].Saturation = rep.Cases[i].Saturation[:3]
+		rep.Cases[i].Consume = rep.Cases[i].Consume[:3]
+	}
+	rep.Memory = rep.Memory[:1]
+	for _, tg := range bench.Evaluate(rep) {
+		if strings.Contains(tg.Name, "kafka-proxy") {
+			t.Errorf("target %q without the peer measured", tg.Name)
+		}
+	}
+	out.Reset()
+	bench.WriteTable(&out, rep)
+	if strings.Contains(out.String(), "Offsetgate against grepplabs") {
+		t.Fatal("comparison table without the peer measured")
+	}
+}
