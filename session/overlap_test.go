@@ -226,3 +226,49 @@ func TestAtOffsetSamePartitionWaits(t *testing.T) {
 		t.Fatal("two writes of one partition ran at once")
 	}
 }
+
+// While writes run, only a Produce (with a response) naming none of their partitions is
+// taken; a Produce by topic id is named through the catalog; anything else waits.
+func TestMayOverlap(t *testing.T) {
+	s := New(Config{Catalog: fuzzCatalog{}}, &fakeConn{})
+	defer s.Close()
+	s.hold([]writeKey{{topic: "t", partition: 0}, {topic: "mtopic", partition: 3}})
+	produce := func(version int16, acks int16, topic string, id [16]byte, p int32) []byte {
+		req := kmsg.NewPtrProduceRequest()
+		req.SetVersion(version)
+		req.Acks = acks
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = topic, id
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = p, []byte{1}
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		return reqFrame(req, 9)
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(12)
+	garbled := produce(11, -1, "other", [16]byte{}, 0)
+	garbled = garbled[:len(garbled)-3]
+	putLen(garbled)
+	for name, c := range map[string]struct {
+		frame []byte
+		want  bool
+	}{
+		"another partition of a topic being written": {produce(11, -1, "mtopic", [16]byte{}, 2), true},
+		"a partition being written":                  {produce(11, -1, "mtopic", [16]byte{}, 3), false},
+		"another topic":                              {produce(11, 1, "other", [16]byte{}, 3), true},
+		"by id, a partition being written":           {produce(13, -1, "", [16]byte{2}, 0), false},
+		"by id, another partition":                   {produce(13, -1, "", [16]byte{2}, 1), true},
+		"acks=0":                                     {produce(11, 0, "other", [16]byte{}, 0), false},
+		"not a Produce":                              {reqFrame(md, 9), false},
+		"a body that does not decode":                {garbled, false},
+	} {
+		if got := s.mayOverlap(c.frame); got != c.want {
+			t.Errorf("%s: mayOverlap %v, want %v", name, got, c.want)
+		}
+	}
+	s.release([]writeKey{{topic: "t", partition: 0}, {topic: "mtopic", partition: 3}})
+	if s.writes != 0 || len(s.writing) != 0 {
+		t.Fatalf("after release: %d writes, %v", s.writes, s.writing)
+	}
+}
