@@ -20,6 +20,15 @@ import (
 // are still handled one after the other, and nothing a client reads (Fetch, ListOffsets,
 // Metadata) is answered before the writes sent ahead of it.
 
+// What one connection's overlapping writes may hold: the writes after the first each keep a
+// copy of their request until written, so an approved client pipelining large requests must not
+// make offsetgate hold them all (256 requests in flight of up to 100 MiB each). Past either
+// bound the next request waits, as every request did before writes overlapped.
+const (
+	maxOverlapWrites = 32
+	maxOverlapBytes  = 64 << 20
+)
+
 // writeKey names a mirror partition being written.
 type writeKey struct {
 	topic     string
@@ -35,8 +44,8 @@ func writeKeys(ws []atOffsetPart) []writeKey {
 	return ks
 }
 
-// hold records the partitions of a write that started.
-func (s *Session) hold(ks []writeKey) {
+// hold records the partitions (and the request's size) of a write that started.
+func (s *Session) hold(ks []writeKey, size int) {
 	if s.writing == nil {
 		s.writing = make(map[writeKey]int)
 	}
@@ -44,22 +53,27 @@ func (s *Session) hold(ks []writeKey) {
 		s.writing[k]++
 	}
 	s.writes++
+	s.writeBytes += size
 }
 
 // release forgets the partitions of a write that finished.
-func (s *Session) release(ks []writeKey) {
+func (s *Session) release(ks []writeKey, size int) {
 	for _, k := range ks {
 		if s.writing[k]--; s.writing[k] <= 0 {
 			delete(s.writing, k)
 		}
 	}
 	s.writes--
+	s.writeBytes -= size
 }
 
 // mayOverlap reports whether the client's next frame may be taken while writes run: a Produce
-// (with a response) that names none of the partitions being written. A frame it cannot read,
+// (with a response) that names none of the partitions being written, within the bounds above. A frame it cannot read,
 // a topic id it cannot name, anything else: it waits.
 func (s *Session) mayOverlap(frame []byte) bool {
+	if s.writes >= maxOverlapWrites || s.writeBytes+len(frame) > maxOverlapBytes {
+		return false
+	}
 	h, err := parseReqHeader(frame[4:])
 	if err != nil || kmsg.Key(h.key) != kmsg.Produce || !Supported(h.key, h.version) {
 		return false

@@ -232,7 +232,7 @@ func TestAtOffsetSamePartitionWaits(t *testing.T) {
 func TestMayOverlap(t *testing.T) {
 	s := New(Config{Catalog: fuzzCatalog{}}, &fakeConn{})
 	defer s.Close()
-	s.hold([]writeKey{{topic: "t", partition: 0}, {topic: "mtopic", partition: 3}})
+	s.hold([]writeKey{{topic: "t", partition: 0}, {topic: "mtopic", partition: 3}}, 100)
 	produce := func(version int16, acks int16, topic string, id [16]byte, p int32) []byte {
 		req := kmsg.NewPtrProduceRequest()
 		req.SetVersion(version)
@@ -267,8 +267,20 @@ func TestMayOverlap(t *testing.T) {
 			t.Errorf("%s: mayOverlap %v, want %v", name, got, c.want)
 		}
 	}
-	s.release([]writeKey{{topic: "t", partition: 0}, {topic: "mtopic", partition: 3}})
-	if s.writes != 0 || len(s.writing) != 0 {
-		t.Fatalf("after release: %d writes, %v", s.writes, s.writing)
+	// Bounded: past maxOverlapBytes of requests held, or maxOverlapWrites writes, the next waits.
+	other := produce(11, -1, "other", [16]byte{}, 0)
+	s.writeBytes = maxOverlapBytes - len(other) + 1
+	if s.mayOverlap(other) {
+		t.Error("a request past the bytes bound was taken")
+	}
+	s.writeBytes = 100
+	s.writes = maxOverlapWrites
+	if s.mayOverlap(other) {
+		t.Error("a request past the writes bound was taken")
+	}
+	s.writes = 1
+	s.release([]writeKey{{topic: "t", partition: 0}, {topic: "mtopic", partition: 3}}, 100)
+	if s.writes != 0 || s.writeBytes != 0 || len(s.writing) != 0 {
+		t.Fatalf("after release: %d writes of %d bytes, %v", s.writes, s.writeBytes, s.writing)
 	}
 }

@@ -201,8 +201,9 @@ type Session struct {
 	blocked bool // an async request is pending: take no more client requests
 	// writes is the number of produce-at-offset writes running while the connection goes on
 	// (overlap.go), writing their partitions.
-	writes  int
-	writing map[writeKey]int
+	writes     int
+	writeBytes int
+	writing    map[writeKey]int
 	// carrier carries moved groups' requests to the destination (moves.go); made on first use.
 	carrier Carrier
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
@@ -537,7 +538,7 @@ func (s *Session) startAsync(sl slot, r *request) {
 		r.reserved = true
 		r.seq = s.slots.push(sl)
 		s.count(1)
-		s.hold(r.writes)
+		s.hold(r.writes, len(r.frame))
 		// A lookup of this request may have blocked the connection until now.
 		s.blocked = false
 	default:
@@ -571,7 +572,7 @@ func (s *Session) startAsync(sl slot, r *request) {
 				return
 			}
 			if r.reserved {
-				s.release(r.writes)
+				s.release(r.writes, len(r.frame))
 			} else {
 				s.blocked = false
 			}
