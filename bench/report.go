@@ -227,69 +227,57 @@ func sizeString(b int64) string {
 
 // baselineTables compares offsetgate with the baseline binary, when the run measured one.
 func baselineTables(w io.Writer, rep *Report) {
-	if len(rep.Cases) == 0 {
-		return
-	}
-	if _, ok := find(rep.Cases[0].Saturation, tpath, PathBaseline); !ok {
-		return
-	}
-	fmt.Fprintf(w, "\nOffsetgate against the baseline binary (%s), same run; og/base > 100%% is faster, CPU ratio < 100%% is cheaper\n", rep.Settings.Baseline)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tmeasure\tbaseline MB/s\toffsetgate MB/s\tog/base\tbaseline CPU s/GB\toffsetgate CPU s/GB\tCPU og/base\t")
-	row := func(c Case, what string, ts []Throughput) {
-		b, _ := find(ts, tpath, PathBaseline)
-		o, _ := find(ts, tpath, PathOffsetgate)
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%s\t\n", c.Name, what, b.MBps, o.MBps, pct(o.MBps, b.MBps),
-			b.ProxyCPUPerGB, o.ProxyCPUPerGB, pct(o.ProxyCPUPerGB, b.ProxyCPUPerGB))
-	}
-	for _, c := range rep.Cases {
-		row(c, "saturation", c.Saturation)
-		row(c, "consume", c.Consume)
-	}
-	tw.Flush()
-	fmt.Fprintln(tw, "case\tbaseline p50\tp99\tCPU s/GB\toffsetgate p50\tp99\tCPU s/GB\t")
-	for _, c := range rep.Cases {
-		if c.FixedLoad == nil {
-			continue
-		}
-		b, _ := find(c.FixedLoad.Paths, lpath, PathBaseline)
-		o, _ := find(c.FixedLoad.Paths, lpath, PathOffsetgate)
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", c.Name, b.P50Ms, b.P99Ms, b.ProxyCPUPerGB, o.P50Ms, o.P99Ms, o.ProxyCPUPerGB)
-	}
-	tw.Flush()
+	versusTables(w, rep, PathBaseline, "base", false, fmt.Sprintf(
+		"Offsetgate against the baseline binary (%s), same run; og/base > 100%% is faster, CPU ratio < 100%% is cheaper", rep.Settings.Baseline))
 }
 
 // peerTables compares offsetgate with kafka-proxy and the relay, when the run measured the peer.
 func peerTables(w io.Writer, rep *Report) {
+	versusTables(w, rep, PathPeer, "peer", true, fmt.Sprintf(
+		"Offsetgate against %s, same run; og/peer >= 100%% is as fast, CPU og/peer <= 100%% as cheap", rep.Settings.Peer))
+}
+
+// versusTables prints offsetgate against another path of the run (short names it in the
+// ratio columns), and against the relay's CPU too when relay is set; nothing when the run did
+// not measure that path.
+func versusTables(w io.Writer, rep *Report, path, short string, relay bool, title string) {
 	if len(rep.Cases) == 0 {
 		return
 	}
-	if _, ok := find(rep.Cases[0].Saturation, tpath, PathPeer); !ok {
+	if _, ok := find(rep.Cases[0].Saturation, tpath, path); !ok {
 		return
 	}
-	fmt.Fprintf(w, "\nOffsetgate against %s, same run; og/peer >= 100%% is as fast, CPU og/peer <= 100%% as cheap\n", rep.Settings.Peer)
+	fmt.Fprintf(w, "\n%s\n", title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tmeasure\tkafka-proxy MB/s\toffsetgate MB/s\tog/peer\tkafka-proxy CPU s/GB\toffsetgate CPU s/GB\tCPU og/peer\tCPU og/relay\t")
+	head := fmt.Sprintf("case\tmeasure\t%[1]s MB/s\toffsetgate MB/s\tog/%[2]s\t%[1]s CPU s/GB\toffsetgate CPU s/GB\tCPU og/%[2]s\t", path, short)
+	if relay {
+		head += "CPU og/relay\t"
+	}
+	fmt.Fprintln(tw, head)
 	row := func(c Case, what string, ts []Throughput) {
-		p, _ := find(ts, tpath, PathPeer)
+		x, _ := find(ts, tpath, path)
 		o, _ := find(ts, tpath, PathOffsetgate)
-		r, _ := find(ts, tpath, PathRelay)
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%s\t%s\t\n", c.Name, what, p.MBps, o.MBps, pct(o.MBps, p.MBps),
-			p.ProxyCPUPerGB, o.ProxyCPUPerGB, pct(o.ProxyCPUPerGB, p.ProxyCPUPerGB), pct(o.ProxyCPUPerGB, r.ProxyCPUPerGB))
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%s\t", c.Name, what, x.MBps, o.MBps, pct(o.MBps, x.MBps),
+			x.ProxyCPUPerGB, o.ProxyCPUPerGB, pct(o.ProxyCPUPerGB, x.ProxyCPUPerGB))
+		if relay {
+			r, _ := find(ts, tpath, PathRelay)
+			fmt.Fprintf(tw, "%s\t", pct(o.ProxyCPUPerGB, r.ProxyCPUPerGB))
+		}
+		fmt.Fprintln(tw)
 	}
 	for _, c := range rep.Cases {
 		row(c, "saturation", c.Saturation)
 		row(c, "consume", c.Consume)
 	}
 	tw.Flush()
-	fmt.Fprintln(tw, "case\tkafka-proxy p50\tp99\tCPU s/GB\toffsetgate p50\tp99\tCPU s/GB\t")
+	fmt.Fprintf(tw, "case\t%[1]s p50\tp99\tCPU s/GB\toffsetgate p50\tp99\tCPU s/GB\t\n", path)
 	for _, c := range rep.Cases {
 		if c.FixedLoad == nil {
 			continue
 		}
-		p, _ := find(c.FixedLoad.Paths, lpath, PathPeer)
+		x, _ := find(c.FixedLoad.Paths, lpath, path)
 		o, _ := find(c.FixedLoad.Paths, lpath, PathOffsetgate)
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", c.Name, p.P50Ms, p.P99Ms, p.ProxyCPUPerGB, o.P50Ms, o.P99Ms, o.ProxyCPUPerGB)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", c.Name, x.P50Ms, x.P99Ms, x.ProxyCPUPerGB, o.P50Ms, o.P99Ms, o.ProxyCPUPerGB)
 	}
 	tw.Flush()
 }

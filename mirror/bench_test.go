@@ -296,8 +296,8 @@ func (h *handClient) leaderConn(ctx context.Context, part int32) *wire.Conn {
 	return nil
 }
 
-// atOffset sends one produce-at-offset request of one partition on c.
-func atOffset(ctx context.Context, c *wire.Conn, topic string, part int32, records []byte) (kmsg.ProduceResponseTopicPartition, error) {
+// atOffsetRequest is a Produce request of one partition's record set, acks=all.
+func atOffsetRequest(topic string, part int32, records []byte) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(11)
 	req.Acks, req.TimeoutMillis = -1, 30000
@@ -307,6 +307,12 @@ func atOffset(ctx context.Context, c *wire.Conn, topic string, part int32, recor
 	rp.Partition, rp.Records = part, records
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// atOffset sends one produce-at-offset request of one partition on c.
+func atOffset(ctx context.Context, c *wire.Conn, topic string, part int32, records []byte) (kmsg.ProduceResponseTopicPartition, error) {
+	req := atOffsetRequest(topic, part, records)
 	resp := kmsg.NewPtrProduceResponse()
 	if err := c.RoundTrip(ctx, req, resp, true); err != nil {
 		return kmsg.ProduceResponseTopicPartition{}, err

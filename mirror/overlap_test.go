@@ -2,7 +2,6 @@ package mirror_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/internal/testkafka"
-	"offsetgate/wire"
 )
 
 // A mirroring client that pipelines produce-at-offset requests of two partitions on one
@@ -36,27 +34,16 @@ func TestOneConnectionPipelinesPartitions(t *testing.T) {
 		l := md.Topics[topic].Partitions[p].Leader
 		byLeader[l] = append(byLeader[l], p)
 	}
-	var leader int32 = -1
 	var parts []int32
-	for l, ps := range byLeader {
+	for _, ps := range byLeader {
 		if len(ps) >= 2 {
-			leader, parts = l, ps[:2]
+			parts = ps[:2]
 		}
 	}
-	if leader < 0 {
+	if parts == nil {
 		t.Fatalf("no broker leads two of the three partitions: %v", byLeader)
 	}
-	var addr string
-	for _, br := range md.Brokers {
-		if br.NodeID == leader {
-			addr = fmt.Sprintf("%s:%d", br.Host, br.Port)
-		}
-	}
-	c, err := wire.Dial(ctx, addr, e.certs.ClientTLS(e.client), nil, "pipelining-mirror")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := h.leaderConn(ctx, parts[0]) // leads parts[1] too
 
 	ts := time.Date(2022, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli()
 	const rounds = 5
@@ -70,15 +57,7 @@ func TestOneConnectionPipelinesPartitions(t *testing.T) {
 	for i := 0; i < rounds; i++ {
 		for _, p := range parts {
 			base := int64(i * 10)
-			req := kmsg.NewPtrProduceRequest()
-			req.SetVersion(11)
-			req.Acks, req.TimeoutMillis = -1, 30000
-			rt := kmsg.NewProduceRequestTopic()
-			rt.Topic = topic
-			rp := kmsg.NewProduceRequestTopicPartition()
-			rp.Partition, rp.Records = p, srcBatch(base, 10, 1, 0, ts+base)
-			rt.Partitions = append(rt.Partitions, rp)
-			req.Topics = append(req.Topics, rt)
+			req := atOffsetRequest(topic, p, srcBatch(base, 10, 1, 0, ts+base))
 			corr, err := c.SendAtOffset(req, -1)
 			if err != nil {
 				t.Fatal(err)

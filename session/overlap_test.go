@@ -88,6 +88,22 @@ func (m *gateMirror) noStart(t *testing.T) {
 	}
 }
 
+// mirroringSession is a session of an approved mirroring client (of the topics "m*") whose
+// writes wait in a gateMirror, and whose posted finishing steps the test runs.
+func mirroringSession(t *testing.T) (*Session, *postConn, *gateMirror) {
+	t.Helper()
+	mirror := newGateMirror(0, 1)
+	fc := &postConn{posts: make(chan func(), 8)}
+	policy, err := rules.NewPolicy(rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://t/mirror", Topics: []string{"m*"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Catalog: fuzzCatalog{}, Mirror: mirror, Policy: func() *rules.Policy { return policy }}, fc)
+	t.Cleanup(s.Close)
+	s.SetIdentity(rules.Identity{TLSSubject: "CN=m", TLSSANs: []string{"URI:spiffe://t/mirror"}})
+	return s, fc, mirror
+}
+
 func runPost(t *testing.T, c *postConn) {
 	t.Helper()
 	select {
@@ -102,15 +118,7 @@ func runPost(t *testing.T, c *postConn) {
 // a request for a partition being written, or any other request, waits for the writes before
 // it; answers leave in request order.
 func TestAtOffsetWritesOverlap(t *testing.T) {
-	mirror := newGateMirror(0, 1)
-	fc := &postConn{posts: make(chan func(), 8)}
-	policy, err := rules.NewPolicy(rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://t/mirror", Topics: []string{"m*"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{Catalog: fuzzCatalog{}, Mirror: mirror, Policy: func() *rules.Policy { return policy }}, fc)
-	defer s.Close()
-	s.SetIdentity(rules.Identity{TLSSubject: "CN=m", TLSSANs: []string{"URI:spiffe://t/mirror"}})
+	s, fc, mirror := mirroringSession(t)
 
 	a, b := atOffsetFrame("mtopic", 0, 1), atOffsetFrame("mtopic", 1, 2)
 	md := kmsg.NewPtrMetadataRequest()
@@ -192,15 +200,7 @@ func TestAtOffsetWritesOverlap(t *testing.T) {
 // A second write of a partition being written waits, even when it comes first in the buffer
 // after a write of another partition.
 func TestAtOffsetSamePartitionWaits(t *testing.T) {
-	mirror := newGateMirror(0, 1)
-	fc := &postConn{posts: make(chan func(), 8)}
-	policy, err := rules.NewPolicy(rules.MirroringConfig{Clients: []rules.ClientConfig{{TLSSAN: "URI:spiffe://t/mirror", Topics: []string{"m*"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{Catalog: fuzzCatalog{}, Mirror: mirror, Policy: func() *rules.Policy { return policy }}, fc)
-	defer s.Close()
-	s.SetIdentity(rules.Identity{TLSSubject: "CN=m", TLSSANs: []string{"URI:spiffe://t/mirror"}})
+	s, fc, mirror := mirroringSession(t)
 
 	a, b := atOffsetFrame("mtopic", 0, 1), atOffsetFrame("mtopic", 0, 2)
 	in := append(append([]byte(nil), a...), b...)

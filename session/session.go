@@ -475,11 +475,14 @@ func (s *Session) complete(sl slot, r *request) []byte {
 	if r.onResp != nil {
 		sl.rewrite = r.onResp
 	}
-	if r.reserved {
-		return s.completeReserved(sl, r)
-	}
 	switch {
 	case r.drop:
+		if r.reserved {
+			// Only an acks=0 request is dropped, and those never reserve a slot: answered
+			// empty rather than held for ever.
+			sl.done = true
+			s.place(sl, r)
+		}
 		return nil
 	case r.answer != nil:
 		if sl.noResp {
@@ -488,40 +491,26 @@ func (s *Session) complete(sl slot, r *request) []byte {
 		s.cfg.Observer.LocalAnswer(sl.key)
 		sl.done, sl.out = true, r.answer
 		s.held += len(sl.out)
-		s.slots.push(sl)
-		s.count(1)
+		s.place(sl, r)
 		return nil
 	}
 	if !sl.noResp {
 		// acks=0 Produce has no response, so nothing waits for one.
 		sl.upstream = true
-		seq := s.slots.push(sl)
-		s.upstream.pushSeq(seq)
-		s.count(1)
+		s.upstream.pushSeq(s.place(sl, r))
 	}
 	return r.replace
 }
 
-// completeReserved is complete for a request whose slot was reserved when its write started:
-// the slot gets the answer, or waits for the broker's when the rest of the request is
-// forwarded.
-func (s *Session) completeReserved(sl slot, r *request) []byte {
-	at := s.slots.at(r.seq)
-	switch {
-	case r.drop:
-		// Only an acks=0 request is dropped, and those never reserve a slot: answered empty
-		// rather than held for ever.
-		at.done = true
-		return nil
-	case r.answer != nil:
-		s.cfg.Observer.LocalAnswer(sl.key)
-		at.done, at.out = true, r.answer
-		s.held += len(at.out)
-		return nil
+// place puts a request's slot in the FIFO: where it was reserved when the request's write
+// started (overlap.go), else at the end. It returns the slot's sequence number.
+func (s *Session) place(sl slot, r *request) uint64 {
+	if r.reserved {
+		*s.slots.at(r.seq) = sl
+		return r.seq
 	}
-	at.upstream, at.rewrite = true, sl.rewrite
-	s.upstream.pushSeq(r.seq)
-	return r.replace
+	s.count(1)
+	return s.slots.push(sl)
 }
 
 // startAsync runs a request's blocking work off the session's goroutine. Until it is finished
@@ -535,9 +524,8 @@ func (s *Session) startAsync(sl slot, r *request) {
 	case r.reserved:
 		// More work of a write already under way: its slot and partitions are held.
 	case r.writes != nil && !sl.noResp:
+		r.seq = s.place(sl, r)
 		r.reserved = true
-		r.seq = s.slots.push(sl)
-		s.count(1)
 		s.hold(r.writes, len(r.frame))
 		// A lookup of this request may have blocked the connection until now.
 		s.blocked = false
