@@ -621,18 +621,35 @@ func addPartitions(ctx context.Context, padm *kadm.Client, topic string, n int32
 	return nil
 }
 
+// markSettle is how long a topic found without its mirror mark is looked at again before it is
+// refused: another process of the mirror (a mirror group's member started at the same moment)
+// may have created it an instant ago, and offsetgate stores the mark just after the destination
+// created the topic.
+const markSettle = 5 * time.Second
+
 func checkMark(ctx context.Context, padm *kadm.Client, topic, sourceID string) error {
-	rc, err := padm.DescribeTopicConfigs(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("configs of %s through offsetgate: %w", topic, err)
-	}
-	marked, mirroredID := false, ""
-	for _, c := range rc[0].Configs {
-		if c.Key == rules.MarkKey && c.Value != nil && *c.Value == "true" {
-			marked = true
+	var marked bool
+	var mirroredID string
+	for deadline := time.Now().Add(markSettle); ; {
+		rc, err := padm.DescribeTopicConfigs(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("configs of %s through offsetgate: %w", topic, err)
 		}
-		if c.Key == rules.SourcePrefix+"topic.id" && c.Value != nil {
-			mirroredID = *c.Value
+		for _, c := range rc[0].Configs {
+			if c.Key == rules.MarkKey && c.Value != nil && *c.Value == "true" {
+				marked = true
+			}
+			if c.Key == rules.SourcePrefix+"topic.id" && c.Value != nil {
+				mirroredID = *c.Value
+			}
+		}
+		if marked || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	if !marked {
