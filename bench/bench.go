@@ -170,8 +170,10 @@ type Throughput struct {
 	// KafkaCPUPerGB is the brokers' CPU seconds per GB.
 	KafkaCPUPerGB float64 `json:"kafka_cpu_s_per_gb"`
 	// ClientCPUPerGB is the benchmark process's (the Kafka client's) CPU seconds per GB.
-	ClientCPUPerGB float64  `json:"client_cpu_s_per_gb"`
-	Samples        []Sample `json:"samples"`
+	ClientCPUPerGB float64 `json:"client_cpu_s_per_gb"`
+	// PeakRSSKiB is the most the path's process held resident in any of the samples.
+	PeakRSSKiB int64    `json:"peak_rss_kib,omitempty"`
+	Samples    []Sample `json:"samples"`
 }
 
 // Sample is one round of a measurement.
@@ -196,6 +198,9 @@ type Sample struct {
 	MaxMs      float64 `json:"max_ms,omitempty"`
 	Latencies  int     `json:"latencies,omitempty"`
 	OfferedMBs float64 `json:"offered_mb_per_s,omitempty"`
+	// PeakRSSKiB is the path's process's peak resident memory during the sample (VmHWM, reset
+	// through /proc/<pid>/clear_refs when the sample starts); 0 for the direct path.
+	PeakRSSKiB int64 `json:"peak_rss_kib,omitempty"`
 }
 
 // FixedLoad is the paced produce measurement.
@@ -410,6 +415,8 @@ func (r *runner) run(ctx context.Context) error {
 	for _, p := range r.paths[1:] {
 		rss, err1 := procStatusKiB(p.pid, "VmRSS")
 		hwm, err2 := procStatusKiB(p.pid, "VmHWM")
+		// The peak is reset at every sample: the run's is the largest sample's.
+		hwm = max(hwm, r.samplePeak(p.name))
 		if err1 == nil && err2 == nil {
 			r.rep.Memory = append(r.rep.Memory, ProcMemory{Process: p.name, RSSKiB: rss, PeakRSSKiB: hwm})
 		}
@@ -679,13 +686,44 @@ func values(m map[string]string) []string {
 
 type cpuMark struct{ proxy, kafka, client, proxies, busy, steal float64 }
 
+// mark starts a sample: the CPU counters, and the path's process's peak RSS counted again from
+// now (so that each sample says what its own load cost; the run's peak is the largest of them).
 func (r *runner) mark(p pathSetup) cpuMark {
+	if p.pid > 0 {
+		if err := resetPeakRSS(p.pid); err != nil {
+			r.logf("peak RSS of %s cannot be reset, samples show the peak so far: %v", p.name, err)
+		}
+	}
 	m := cpuMark{proxy: cpuOf(p.pid), kafka: r.kafkaCPU(), client: cpuOf(os.Getpid())}
 	for _, q := range r.paths {
 		m.proxies += cpuOf(q.pid)
 	}
 	m.busy, m.steal = machineCPU()
 	return m
+}
+
+// samplePeak is the largest peak RSS of the path's samples so far.
+func (r *runner) samplePeak(path string) int64 {
+	var peak int64
+	for _, c := range r.rep.Cases {
+		for _, ts := range [][]Throughput{c.Saturation, c.Consume} {
+			for _, t := range ts {
+				if t.Path == path {
+					peak = max(peak, t.PeakRSSKiB)
+				}
+			}
+		}
+		if c.FixedLoad != nil {
+			for _, l := range c.FixedLoad.Paths {
+				for _, s := range l.Samples {
+					if l.Path == path {
+						peak = max(peak, s.PeakRSSKiB)
+					}
+				}
+			}
+		}
+	}
+	return peak
 }
 
 func (r *runner) since(p pathSetup, m cpuMark, s *Sample) {
@@ -695,6 +733,9 @@ func (r *runner) since(p pathSetup, m cpuMark, s *Sample) {
 	s.ClientCPU = now.client - m.client
 	s.StealCPU = now.steal - m.steal
 	s.OtherCPU = max(0, (now.busy-m.busy)-s.KafkaCPU-s.ClientCPU-(now.proxies-m.proxies))
+	if p.pid > 0 {
+		s.PeakRSSKiB, _ = procStatusKiB(p.pid, "VmHWM")
+	}
 }
 
 func (r *runner) saturate(ctx context.Context, p pathSetup, topic string, payload []byte, n, parts int) (Sample, int64, error) {
@@ -806,6 +847,9 @@ func throughputs(m map[string][]Sample) []Throughput {
 			ProxyCPUPerGB:  medianOf(ss, func(s Sample) float64 { return perGB(s.ProxyCPU, s.Bytes) }),
 			KafkaCPUPerGB:  medianOf(ss, func(s Sample) float64 { return perGB(s.KafkaCPU, s.Bytes) }),
 			ClientCPUPerGB: medianOf(ss, func(s Sample) float64 { return perGB(s.ClientCPU, s.Bytes) }),
+		}
+		for _, s := range ss {
+			t.PeakRSSKiB = max(t.PeakRSSKiB, s.PeakRSSKiB)
 		}
 		out = append(out, t)
 	}

@@ -107,6 +107,15 @@ func TestBenchEndToEnd(t *testing.T) {
 				if tp.MBps <= 0 || s.Seconds <= 0 || tp.RatioToDirect <= 0 {
 					t.Errorf("%s %s %s: no throughput (%+v)", c.Name, what, tp.Path, tp)
 				}
+				if (tp.Path == bench.PathDirect) != (s.PeakRSSKiB == 0) || tp.PeakRSSKiB != s.PeakRSSKiB {
+					t.Errorf("%s %s %s: peak RSS %d KiB (path %d KiB); a proxy's sample has one, direct none",
+						c.Name, what, tp.Path, s.PeakRSSKiB, tp.PeakRSSKiB)
+				}
+				for _, m := range rep.Memory {
+					if m.Process == tp.Path && m.PeakRSSKiB < s.PeakRSSKiB {
+						t.Errorf("%s's run peak %d KiB is below a sample's %d KiB", m.Process, m.PeakRSSKiB, s.PeakRSSKiB)
+					}
+				}
 			}
 		}
 		if c.FixedLoad == nil || c.FixedLoad.OfferedMBps <= 0 || len(c.FixedLoad.Paths) != len(paths) {
@@ -159,7 +168,8 @@ func TestBenchEndToEnd(t *testing.T) {
 		t.Errorf("chart: %.200s", s)
 	}
 	bench.WriteTable(&table, back)
-	for _, want := range []string{"Produce saturation", "fixed load", "Consume", "against the baseline binary", "Idle connections", "Targets"} {
+	for _, want := range []string{"Produce saturation", "fixed load", "Consume", "against the baseline binary", "Idle connections", "Targets",
+		"Peak RSS during each measurement", "64KiB x 4p consume"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

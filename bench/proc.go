@@ -74,6 +74,11 @@ func machineCPU() (busy, steal float64) {
 	return v(1) + v(2) + v(3) + v(6) + v(7), v(8)
 }
 
+// resetPeakRSS sets a process's VmHWM to its current VmRSS (proc(5), clear_refs "5").
+func resetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
 // procStatusKiB reads a "kB" line (VmRSS, VmHWM, ...) of /proc/<pid>/status.
 func procStatusKiB(pid int, key string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))

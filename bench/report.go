@@ -182,6 +182,7 @@ func WriteTable(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "%s %s RSS %s (peak %s, 5 s later %s)", sep, m.Process, sizeString(m.RSSKiB<<10), sizeString(m.PeakRSSKiB<<10), sizeString(m.QuietRSSKiB<<10))
 		}
 		fmt.Fprintln(w)
+		peakTable(w, rep)
 	}
 
 	if id := rep.Idle; id != nil {
@@ -210,6 +211,57 @@ func WriteTable(w io.Writer, rep *Report) {
 		}
 		fmt.Fprintf(w, "  %s  %-33s %-18s %8.3f %s (target %s %g %s)\n", verdict, t.Name, t.Case, t.Value, t.Unit, op, t.Limit, t.Unit)
 	}
+}
+
+// peakTable shows each process's peak RSS during each measurement (samples taken before the
+// bench measured per sample show nothing).
+func peakTable(w io.Writer, rep *Report) {
+	var procs []string
+	for _, m := range rep.Memory {
+		procs = append(procs, m.Process)
+	}
+	type row struct {
+		name  string
+		peaks map[string]int64
+	}
+	var rows []row
+	for _, c := range rep.Cases {
+		sat, cons, fixed := map[string]int64{}, map[string]int64{}, map[string]int64{}
+		for _, t := range c.Saturation {
+			sat[t.Path] = t.PeakRSSKiB
+		}
+		for _, t := range c.Consume {
+			cons[t.Path] = t.PeakRSSKiB
+		}
+		if c.FixedLoad != nil {
+			for _, l := range c.FixedLoad.Paths {
+				for _, s := range l.Samples {
+					fixed[l.Path] = max(fixed[l.Path], s.PeakRSSKiB)
+				}
+			}
+		}
+		rows = append(rows, row{c.Name + " saturation", sat}, row{c.Name + " fixed load", fixed}, row{c.Name + " consume", cons})
+	}
+	measured := false
+	for _, r := range rows {
+		for _, v := range r.peaks {
+			measured = measured || v > 0
+		}
+	}
+	if !measured {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "\nPeak RSS during each measurement (the largest of its rounds)\n")
+	fmt.Fprintf(tw, "measurement\t%s\t\n", strings.Join(procs, "\t"))
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s", r.name)
+		for _, p := range procs {
+			fmt.Fprintf(tw, "\t%s", sizeString(r.peaks[p]<<10))
+		}
+		fmt.Fprintf(tw, "\t\n")
+	}
+	tw.Flush()
 }
 
 func sizeString(b int64) string {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -66,12 +68,22 @@ func warmProducer(ctx context.Context, cl *kgo.Client, topic string, partitions 
 			rs = append(rs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "warm-%d-%d", i, j), Value: []byte("warm-up")})
 		}
 		res := cl.ProduceSync(ctx, rs...)
-		if err := res.FirstErr(); err != nil {
-			return n, fmt.Errorf("warm-up produce: %w", err)
-		}
 		for _, r := range res {
-			seen[r.Record.Partition] = true
-			n++
+			switch {
+			case r.Err == nil:
+				seen[r.Record.Partition] = true
+				n++
+			case errors.Is(r.Err, kerr.UnknownTopicID), errors.Is(r.Err, kerr.UnknownTopicOrPartition),
+				errors.Is(r.Err, kerr.NotLeaderForPartition), errors.Is(r.Err, kerr.LeaderNotAvailable):
+				// A topic just created is not yet known to every broker (seen with Kafka 4.1:
+				// UNKNOWN_TOPIC_ID, NOT_LEADER_FOR_PARTITION): such a record was not written;
+				// try again.
+			default:
+				return n, fmt.Errorf("warm-up produce: %w", r.Err)
+			}
+		}
+		if len(seen) < partitions {
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	return n, nil

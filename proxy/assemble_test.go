@@ -1,6 +1,9 @@
 package proxy
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // A client's frame buffer grows with the bytes that arrived, never to the size it claims at
 // once; a broker's frame gets its size at once.
@@ -14,7 +17,7 @@ func TestAssemblyGrowth(t *testing.T) {
 			break
 		}
 		a.grow(1)
-		if c := cap(a.buf); c > 8*len(a.buf)+64<<10 && c > firstChunk {
+		if c := cap(a.buf); c > 9*len(a.buf)+64<<10 && c > firstChunk {
 			t.Fatalf("with %d bytes arrived the buffer grew to %d", len(a.buf), c)
 		}
 		caps = append(caps, cap(a.buf))
@@ -38,4 +41,40 @@ func TestAssemblyGrowth(t *testing.T) {
 		t.Fatalf("a broker's frame grew to %d, want %d", cap(b.buf), want)
 	}
 	b.release()
+}
+
+// Frames above keptFrame are read into a buffer the connection keeps for the next ones (never
+// the pool's: it would be handed to another connection while kept), and dropped once unused.
+func TestAssemblySpare(t *testing.T) {
+	var a assembly
+	a.want, a.trusted = 3<<20, true
+	a.buf = a.get(a.want)
+	spare := a.spare
+	if cap(spare) < 3<<20 || cap(a.buf) != cap(spare) {
+		t.Fatalf("a 3 MiB frame got a buffer of %d, spare %d", cap(a.buf), cap(spare))
+	}
+	a.release()
+	if a.buf != nil || cap(a.spare) != cap(spare) {
+		t.Fatalf("after release: spare %d, buf %v", cap(a.spare), a.buf != nil)
+	}
+	// The next frame of about that size reuses it; a larger one replaces it.
+	a.want = 3<<20 + 100
+	if a.buf = a.get(a.want); &a.buf[:1][0] != &spare[:1][0] {
+		t.Fatal("a frame of about the same size did not reuse the spare")
+	}
+	a.release()
+	a.want = 5 << 20
+	if a.buf = a.get(a.want); cap(a.buf) < 5<<20 || &a.buf[:1][0] == &spare[:1][0] || cap(a.spare) != cap(a.buf) {
+		t.Fatalf("a larger frame got %d bytes (the spare %d)", cap(a.buf), cap(a.spare))
+	}
+	a.release()
+	a.spareUsed = time.Now()
+	a.dropSpare(time.Now().Add(-time.Second))
+	if a.spare == nil {
+		t.Fatal("a spare used just now was dropped")
+	}
+	a.dropSpare(time.Now().Add(time.Second))
+	if a.spare != nil {
+		t.Fatal("an unused spare was kept")
+	}
 }

@@ -65,6 +65,9 @@ type gnetClient struct {
 
 	acct   account
 	paused bool // stopped by the budget: neither socket is read
+	// holding: the client is not read while the upstream has more than upstreamBacklog of
+	// requests the kernel has not taken.
+	holding bool
 	// lastActive is when the last request arrived or answer was passed on (unix nanoseconds),
 	// for the idle timeout.
 	lastActive atomic.Int64
@@ -210,8 +213,8 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 		delete(t.clients, v)
 		t.mu.Unlock()
 		v.sess.Close()
-		v.inFrame.release()
-		v.upFrame.release()
+		v.inFrame.close()
+		v.upFrame.close()
 		v.pendingUp = nil
 		v.acct.release()
 		t.srv.releaseConn(v.ip) // before the gauge moves, so that a place is free once it shows
@@ -291,16 +294,32 @@ func wholeFrames(c gnet.Conn, size func([]byte) (int, error)) (bool, error) {
 	return n >= want, nil
 }
 
+// upstreamBacklog is the most of a connection's requests offsetgate holds written to the
+// upstream and not yet taken by the kernel. Past it the client's next request is not read until
+// the broker has taken some, so a producer faster than its broker is slowed by TCP as on a
+// direct connection; before, its pipelined requests piled up here (five in flight of 8 MiB
+// each, per connection).
+const upstreamBacklog = 1 << 20
+
+// backlogged reports whether the client must wait for the upstream to take its requests.
+func (cl *gnetClient) backlogged() bool {
+	return cl.up != nil && cl.up.OutboundBuffered() > upstreamBacklog
+}
+
 func (cl *gnetClient) clientTraffic() gnet.Action {
 	lim := cl.t.srv.cfg.Limits
-	if cl.paused || (cl.up == nil && len(cl.pendingUp) > 0) {
-		// Stopped by the budget, or waiting for the upstream connection: frames wait.
+	if cl.paused || (cl.up == nil && len(cl.pendingUp) > 0) || cl.backlogged() {
+		// Stopped by the budget, waiting for the upstream connection, or for the upstream to
+		// take the requests already written: frames wait.
 		cl.settle()
 		return cl.checkBuffered(lim.MaxBufferedBytes)
 	}
 	for {
 		if cl.up == nil && len(cl.pendingUp) > 0 {
 			break // the upstream is being dialed: the next requests wait for it
+		}
+		if cl.inFrame.want == 0 && cl.backlogged() {
+			break // the next request waits until the upstream has taken what was written
 		}
 		if cl.inFrame.want > 0 {
 			had := len(cl.inFrame.buf)
@@ -448,9 +467,19 @@ func (cl *gnetClient) settle() {
 	if cl.closed {
 		return
 	}
+	// Every tenth tick wakes a connection that holds bytes, so an unused spare goes in time.
+	cutoff := time.Now().Add(-spareIdle)
+	cl.inFrame.dropSpare(cutoff)
+	cl.upFrame.dropSpare(cutoff)
 	out := cl.c.OutboundBuffered() + cl.sess.Held()
 	in := cl.c.InboundBuffered() + cap(cl.inFrame.buf) + len(cl.pendingUp)
+	if cl.inFrame.want == 0 {
+		in += cap(cl.inFrame.spare)
+	}
 	reading := cap(cl.upFrame.buf)
+	if cl.upFrame.want == 0 {
+		in += cap(cl.upFrame.spare) // kept for the next answers: held, but no answer to wait for
+	}
 	if cl.up != nil {
 		reading += cl.up.InboundBuffered()
 		in += cl.up.OutboundBuffered()
@@ -482,6 +511,26 @@ func (cl *gnetClient) settle() {
 		if cl.up != nil {
 			cl.startReading(cl.up)
 			_ = cl.up.Wake(nil) // what gnet buffered meanwhile is not announced again
+		}
+	}
+	// The upstream's backlog holds the client alone: answers must go on arriving. An answer
+	// read, a finished step or the next tick (the broker may send no answers: acks=0) looks
+	// again.
+	switch hold := cl.backlogged(); {
+	case hold:
+		if !cl.holding {
+			cl.t.srv.metrics.backlogHolds.Inc()
+		}
+		cl.holding = true
+		cl.stopReading(cl.c) // again at every callback, as above
+		cl.t.mu.Lock()
+		cl.t.waiting[cl] = struct{}{}
+		cl.t.mu.Unlock()
+	case cl.holding:
+		cl.holding = false
+		if !cl.paused {
+			cl.startReading(cl.c)
+			_ = cl.c.Wake(nil)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type metrics struct {
 	waitTimeouts   [128]prometheus.Counter
 	upstreamErrors prometheus.Counter
 	pausedTotal    prometheus.Counter
+	backlogHolds   prometheus.Counter
 	bufferHigh     prometheus.Gauge
 	inFlight       prometheus.GaugeFunc
 	budgetPauses   prometheus.Counter
@@ -40,6 +41,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Failed connections to destination brokers."}),
 		pausedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_backpressure_pauses_total",
 			Help: "Times a client's requests stopped being forwarded because its unread responses were over the high-water mark."}),
+		backlogHolds: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_backlog_holds_total",
+			Help: "Times a client's next request was not read because its broker had not yet taken the requests written to it (the client is slowed as by its broker)."}),
 		bufferHigh: prometheus.NewGauge(prometheus.GaugeOpts{Name: "offsetgate_buffered_bytes_high_water",
 			Help: "Largest per-connection buffered byte count seen (unconsumed input or unsent output)."}),
 		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "offsetgate_requests_in_flight",
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.localAnswers[k] = la.WithLabelValues(name)
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
-	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.bufferHigh, m.inFlight,
+	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.backlogHolds, m.bufferHigh, m.inFlight,
 		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }

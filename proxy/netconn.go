@@ -43,6 +43,7 @@ type netClient struct {
 	toUp     *outQueue
 	resume   chan struct{}
 	drained  chan struct{} // the client's output shrank: the budget may let the readers go on
+	upTaken  chan struct{} // the upstream took its queue down to upstreamBacklog
 	dialed   chan struct{} // closed when the upstream dial ended, either way
 	done     chan struct{}
 	ctx      context.Context // ends when the connection does
@@ -88,7 +89,7 @@ func (s *Server) serveNet(c net.Conn, ln *listener, node int32) {
 	id := identityOf(c, log)
 	id.Listener = ln.cfg.Name
 	nc := &netClient{srv: s, node: node, ln: ln, client: c, creds: s.mapping(id), log: log,
-		resume: make(chan struct{}, 1), drained: make(chan struct{}, 1), dialed: make(chan struct{}), done: make(chan struct{})}
+		resume: make(chan struct{}, 1), drained: make(chan struct{}, 1), upTaken: make(chan struct{}, 1), dialed: make(chan struct{}), done: make(chan struct{})}
 	nc.ctx, nc.cancel = context.WithCancel(context.Background())
 	nc.acct.b = s.budget
 	nc.lastActive.Store(time.Now().UnixNano())
@@ -104,7 +105,12 @@ func (s *Server) serveNet(c net.Conn, ln *listener, node int32) {
 			}
 		}
 	})
-	nc.toUp = newOutQueue(0, nil, nc.acct.addIn)
+	nc.toUp = newOutQueue(upstreamBacklog, func() {
+		select {
+		case nc.upTaken <- struct{}{}:
+		default:
+		}
+	}, nc.acct.addIn)
 	// A connection whose TLS handshake ended after shutdown listed the connections to close
 	// would never be closed (its session could wait for good, and Run with it): registering
 	// and the draining check happen under the lock shutdown lists them under.
@@ -235,6 +241,25 @@ func (nc *netClient) waitBudget() bool {
 	}
 }
 
+// waitUpstream holds the client's next read while more than upstreamBacklog of its requests wait
+// to be written to the upstream (see gnetClient.backlogged); false when the connection ended.
+func (nc *netClient) waitUpstream() bool {
+	counted := false
+	for nc.toUp.pending() > upstreamBacklog {
+		if !counted {
+			nc.srv.metrics.backlogHolds.Inc()
+			counted = true
+		}
+		nc.toUp.notifyBelowLowWater()
+		select {
+		case <-nc.upTaken:
+		case <-nc.done:
+			return false
+		}
+	}
+	return true
+}
+
 // readLoop reads from r and hands whole frames to handle; it returns when reading fails or
 // handle does. When handle consumes nothing (the session paused) it calls wait before reading
 // on, and before every read gate (the budget); either returning false ends the loop. A frame
@@ -340,7 +365,7 @@ func (nc *netClient) readClient() {
 				return false
 			}
 		},
-		nc.waitBudget,
+		func() bool { return nc.waitBudget() && nc.waitUpstream() },
 		func(h int) {
 			nc.acct.addIn(int64(h) - last)
 			last = int64(h)

@@ -1,0 +1,108 @@
+package proxy_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/internal/testkafka"
+)
+
+// A client that pipelines large Produce requests while its broker takes none is slowed as on a
+// direct connection: offsetgate stops reading it while more than a little of what it wrote is
+// waiting for the broker (on either transport), so it never holds more than a few requests'
+// worth; every request is answered, in order.
+func TestUpstreamBacklogHoldsClient(t *testing.T) {
+	pair := testkafka.Shared(t)
+	d := pair.Dest
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const requests, value, bound = 64, 900 << 10, 8 << 20
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			p := startProxy(t, d, tr, nil)
+			topic := testkafka.Names(t, "backlog")
+			if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			leader, _, err := d.Leader(ctx, topic, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
+
+			// First a Fetch the broker holds for its full wait (nothing to read, a large
+			// minimum): Kafka reads a connection's next request only once it has answered the
+			// one before, so for three seconds the broker takes none of the writes behind it.
+			fetch := kmsg.NewPtrFetchRequest()
+			fetch.SetVersion(11)
+			fetch.MaxWaitMillis, fetch.MinBytes, fetch.MaxBytes, fetch.ReplicaID = 3000, 1<<30, 1<<20, -1
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic = topic
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 1<<20, -1
+			ft.Partitions = append(ft.Partitions, fp)
+			fetch.Topics = append(fetch.Topics, ft)
+			// AppendRequest writes the size at the start of what it is given: one frame each.
+			stream := kmsg.NewRequestFormatter(kmsg.FormatterClientID("backlog-test")).AppendRequest(nil, fetch, 0)
+			for i := 1; i <= requests; i++ {
+				v := make([]byte, value)
+				_, _ = rand.Read(v)
+				req := kmsg.NewPtrProduceRequest()
+				req.SetVersion(7)
+				req.Acks, req.TimeoutMillis = -1, 30000
+				rt := kmsg.NewProduceRequestTopic()
+				rt.Topic = topic
+				rp := kmsg.NewProduceRequestTopicPartition()
+				rp.Records = batchOf(v)
+				rt.Partitions = append(rt.Partitions, rp)
+				req.Topics = append(req.Topics, rt)
+				stream = append(stream, kmsg.NewRequestFormatter(kmsg.FormatterClientID("backlog-test")).AppendRequest(nil, req, int32(i))...)
+			}
+			// The whole stream at once, from a goroutine: the write blocks while offsetgate
+			// does not read.
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := raw.c.Write(stream)
+				wrote <- err
+			}()
+			if f, err := raw.readFrame(); err != nil || binary.BigEndian.Uint32(f) != 0 {
+				t.Fatalf("the Fetch's answer: %v", err)
+			}
+			for i := 1; i <= requests; i++ {
+				f, err := raw.readFrame()
+				if err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				if c := int32(binary.BigEndian.Uint32(f)); c != int32(i) {
+					t.Fatalf("answer %d has correlation id %d", i, c)
+				}
+				resp := kmsg.NewPtrProduceResponse()
+				resp.SetVersion(7)
+				if err := resp.ReadFrom(f[4:]); err != nil {
+					t.Fatal(err)
+				}
+				if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != int64(i-1) {
+					t.Fatalf("answer %d: error %d, base offset %d", i, p.ErrorCode, p.BaseOffset)
+				}
+			}
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			high := p.metric(t, "offsetgate_held_bytes_high_water", nil)
+			holds := p.metric(t, "offsetgate_upstream_backlog_holds_total", nil)
+			t.Logf("%d MiB sent: offsetgate held at most %.1f MiB, the client was held %v times", len(stream)>>20, high/(1<<20), holds)
+			if holds < 1 {
+				t.Errorf("the client was never held, though the broker took nothing for three seconds")
+			}
+			if high > bound {
+				t.Errorf("offsetgate held %.1f MiB for one producer; at most %d MiB expected", high/(1<<20), bound>>20)
+			}
+		})
+	}
+}
