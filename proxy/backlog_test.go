@@ -106,3 +106,38 @@ func TestUpstreamBacklogHoldsClient(t *testing.T) {
 		})
 	}
 }
+
+// A client's size prefix is only a claim: a frame that claims 64 MiB and sends a kilobyte costs
+// offsetgate about 1 MiB, on every transport (TLS included), not 64.
+func TestClaimedFrameSizeNotTrusted(t *testing.T) {
+	pair := testkafka.Shared(t)
+	for _, k := range listenerKinds(t) {
+		t.Run(k.name, func(t *testing.T) {
+			p := k.start(t, pair.Dest, nil)
+			const conns = 4
+			for i := 0; i < conns; i++ {
+				raw := k.dial(t, p.addr, 0)
+				claim := make([]byte, 4+1000)
+				binary.BigEndian.PutUint32(claim, 64<<20)
+				binary.BigEndian.PutUint16(claim[4:], 18) // ApiVersions, as a client would start
+				if _, err := raw.c.Write(claim); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Wait until offsetgate holds the four partial frames, then a little more.
+			deadline := time.Now().Add(10 * time.Second)
+			for p.metric(t, "offsetgate_held_bytes", nil) < conns*1000 {
+				if time.Now().After(deadline) {
+					t.Fatalf("offsetgate holds %v bytes; the partial frames never arrived", p.metric(t, "offsetgate_held_bytes", nil))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(200 * time.Millisecond)
+			held := p.metric(t, "offsetgate_held_bytes", nil)
+			t.Logf("%d connections claiming 64 MiB frames: %.1f MiB held", conns, held/(1<<20))
+			if held > conns*(1<<20+64<<10) {
+				t.Fatalf("%d connections that claimed 64 MiB and sent 1000 bytes each cost %.1f MiB", conns, held/(1<<20))
+			}
+		})
+	}
+}

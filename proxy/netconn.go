@@ -263,10 +263,12 @@ func (nc *netClient) waitUpstream() bool {
 // readLoop reads from r and hands whole frames to handle; it returns when reading fails or
 // handle does. When handle consumes nothing (the session paused) it calls wait before reading
 // on, and before every read gate (the budget); either returning false ends the loop. A frame
-// larger than the first buffer gets a pooled buffer of its size, given back once it has been
-// handled, so that an idle connection keeps no large buffer. held hears the bytes the loop
-// holds: its buffer's size while it holds part of a frame, else 0.
-func readLoop(r io.Reader, max int, size func([]byte) (int, error),
+// larger than the first buffer gets a pooled buffer, given back once it has been handled, so
+// that an idle connection keeps no large buffer: of the frame's size at once when the peer is
+// trusted (the broker), else growing with what arrived as on gnet (see firstChunk), because a
+// client's size prefix is only its claim. held hears the bytes the loop holds: its buffer's size
+// while it holds part of a frame, else 0.
+func readLoop(r io.Reader, trusted bool, maxBuffered int, size func([]byte) (int, error),
 	handle func([]byte) (int, error), wait, gate func() bool, held func(int)) error {
 	first := make([]byte, 0, 64<<10)
 	buf := first
@@ -286,16 +288,25 @@ func readLoop(r io.Reader, max int, size func([]byte) (int, error),
 		}
 		buf, pooled = nb, true
 	}
+	// room is the buffer for a frame of want bytes of which have arrived.
+	room := func(have, want int) int {
+		if trusted {
+			return want
+		}
+		return min(want, max(have+1, 8*have, firstChunk))
+	}
 	for {
+		want := 0 // the frame in progress, once its size is known
 		// Hand over what is whole first: a paused session leaves frames behind.
 		for len(buf) >= 4 {
-			want, err := size(buf)
+			w, err := size(buf)
 			if err != nil {
 				return err
 			}
-			if len(buf) < want {
-				if cap(buf) < want {
-					grow(want)
+			if len(buf) < w {
+				want = w
+				if cap(buf) < w {
+					grow(room(len(buf), w))
 				}
 				break
 			}
@@ -319,14 +330,18 @@ func readLoop(r io.Reader, max int, size func([]byte) (int, error),
 			last = h
 			held(h)
 		}
-		if len(buf) > max {
+		if len(buf) > maxBuffered {
 			return errBufferCap
 		}
 		if !gate() {
 			return nil
 		}
 		if len(buf) == cap(buf) {
-			grow(2 * cap(buf))
+			if want > cap(buf) {
+				grow(room(len(buf), want))
+			} else {
+				grow(2 * cap(buf))
+			}
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -338,7 +353,7 @@ func readLoop(r io.Reader, max int, size func([]byte) (int, error),
 
 func (nc *netClient) readClient() {
 	var last int64
-	err := readLoop(nc.client, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.FrameSize,
+	err := readLoop(nc.client, false, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.FrameSize,
 		func(b []byte) (int, error) {
 			nc.mu.Lock()
 			n, err := nc.sess.HandleClient(b)
@@ -374,7 +389,7 @@ func (nc *netClient) readClient() {
 }
 
 func (nc *netClient) readUpstream(up net.Conn) {
-	err := readLoop(up, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.UpstreamFrameSize,
+	err := readLoop(up, true, nc.srv.cfg.Limits.MaxBufferedBytes, nc.sess.UpstreamFrameSize,
 		func(b []byte) (int, error) {
 			nc.mu.Lock()
 			defer nc.mu.Unlock()
