@@ -44,6 +44,19 @@ func (r *rawConn) send(req kmsg.Request) int32 {
 }
 
 // readFrame reads one response frame's payload (after the size).
+// answer reads the next frame and fails the test unless it answers corr (the n-th request).
+func (r *rawConn) answer(n int, corr int32) []byte {
+	r.t.Helper()
+	f, err := r.readFrame()
+	if err != nil {
+		r.t.Fatalf("answer %d: %v", n, err)
+	}
+	if c := int32(binary.BigEndian.Uint32(f)); c != corr {
+		r.t.Fatalf("answer %d has correlation id %d, want %d", n, c, corr)
+	}
+	return f
+}
+
 func (r *rawConn) readFrame() ([]byte, error) {
 	_ = r.c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	var sz [4]byte

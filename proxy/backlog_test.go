@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"testing"
 	"time"
 
@@ -26,42 +25,19 @@ func TestUpstreamBacklogHoldsClient(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			p := startProxy(t, d, tr, nil)
-			topic := testkafka.Names(t, "backlog")
-			if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
-				t.Fatal(err)
-			}
-			leader, _, err := d.Leader(ctx, topic, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
+			topic, raw := topicAtLeader(ctx, t, d, p, "backlog")
 
 			// First a Fetch the broker holds for its full wait (nothing to read, a large
 			// minimum): Kafka reads a connection's next request only once it has answered the
 			// one before, so for three seconds the broker takes none of the writes behind it.
-			fetch := kmsg.NewPtrFetchRequest()
-			fetch.SetVersion(11)
-			fetch.MaxWaitMillis, fetch.MinBytes, fetch.MaxBytes, fetch.ReplicaID = 3000, 1<<30, 1<<20, -1
-			ft := kmsg.NewFetchRequestTopic()
-			ft.Topic = topic
-			fp := kmsg.NewFetchRequestTopicPartition()
-			fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 1<<20, -1
-			ft.Partitions = append(ft.Partitions, fp)
-			fetch.Topics = append(fetch.Topics, ft)
+			fetch := fetchOne(11, topic, 3000, 1<<20)
+			fetch.MinBytes = 1 << 30
 			// AppendRequest writes the size at the start of what it is given: one frame each.
 			stream := kmsg.NewRequestFormatter(kmsg.FormatterClientID("backlog-test")).AppendRequest(nil, fetch, 0)
 			for i := 1; i <= requests; i++ {
 				v := make([]byte, value)
 				_, _ = rand.Read(v)
-				req := kmsg.NewPtrProduceRequest()
-				req.SetVersion(7)
-				req.Acks, req.TimeoutMillis = -1, 30000
-				rt := kmsg.NewProduceRequestTopic()
-				rt.Topic = topic
-				rp := kmsg.NewProduceRequestTopicPartition()
-				rp.Records = batchOf(v)
-				rt.Partitions = append(rt.Partitions, rp)
-				req.Topics = append(req.Topics, rt)
+				req := produceOne(7, topic, batchOf(v), 30000)
 				stream = append(stream, kmsg.NewRequestFormatter(kmsg.FormatterClientID("backlog-test")).AppendRequest(nil, req, int32(i))...)
 			}
 			// The whole stream at once, from a goroutine: the write blocks while offsetgate
@@ -75,13 +51,7 @@ func TestUpstreamBacklogHoldsClient(t *testing.T) {
 				t.Fatalf("the Fetch's answer: %v", err)
 			}
 			for i := 1; i <= requests; i++ {
-				f, err := raw.readFrame()
-				if err != nil {
-					t.Fatalf("answer %d: %v", i, err)
-				}
-				if c := int32(binary.BigEndian.Uint32(f)); c != int32(i) {
-					t.Fatalf("answer %d has correlation id %d", i, c)
-				}
+				f := raw.answer(i, int32(i))
 				resp := kmsg.NewPtrProduceResponse()
 				resp.SetVersion(7)
 				if err := resp.ReadFrom(f[4:]); err != nil {

@@ -127,15 +127,7 @@ func TestSlowConsumerBounded(t *testing.T) {
 			// A small receive buffer, so the kernel does not absorb what the client does not read.
 			_ = conn.(*net.TCPConn).SetReadBuffer(16 << 10)
 			raw := &rawConn{t: t, c: conn}
-			req := kmsg.NewPtrFetchRequest()
-			req.SetVersion(12)
-			req.MaxWaitMillis, req.MaxBytes, req.ReplicaID = 100, perFetch, -1
-			ft := kmsg.NewFetchRequestTopic()
-			ft.Topic = topic
-			fp := kmsg.NewFetchRequestTopicPartition()
-			fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = perFetch, -1
-			ft.Partitions = append(ft.Partitions, fp)
-			req.Topics = append(req.Topics, ft)
+			req := fetchOne(12, topic, 100, perFetch)
 			for i := 0; i < requests; i++ {
 				raw.send(req)
 			}

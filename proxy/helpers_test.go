@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 
 	"offsetgate/internal/ports"
@@ -222,4 +223,47 @@ func (r *running) waitMetric(t testing.TB, name string, labels map[string]string
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// produceOne is a Produce request (acks=all) of records to partition 0 of topic.
+func produceOne(version int16, topic string, records []byte, timeoutMillis int32) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(version)
+	req.Acks, req.TimeoutMillis = -1, timeoutMillis
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// fetchOne is a consumer's Fetch request (by topic name, v12 or lower) of partition 0 of topic
+// from offset 0, maxBytes in all and for the partition.
+func fetchOne(version int16, topic string, maxWaitMillis, maxBytes int32) *kmsg.FetchRequest {
+	req := kmsg.NewPtrFetchRequest()
+	req.SetVersion(version)
+	req.MaxWaitMillis, req.MaxBytes, req.ReplicaID = maxWaitMillis, maxBytes, -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = topic
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = maxBytes, -1
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	return req
+}
+
+// topicAtLeader creates a one-partition topic on d and dials p's listener for its leader.
+func topicAtLeader(ctx context.Context, t *testing.T, d *testkafka.Cluster, p *running, prefix string) (string, *rawConn) {
+	t.Helper()
+	topic := testkafka.Names(t, prefix)
+	if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	leader, _, err := d.Leader(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topic, dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
 }

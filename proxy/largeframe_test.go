@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"testing"
 	"time"
 
@@ -26,15 +25,7 @@ func TestLargeFramesInPieces(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			p := startProxy(t, d, tr, nil)
-			topic := testkafka.Names(t, "large")
-			if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
-				t.Fatal(err)
-			}
-			leader, _, err := d.Leader(ctx, topic, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
+			topic, raw := topicAtLeader(ctx, t, d, p, "large")
 
 			values := make([][]byte, 3)
 			var stream []byte
@@ -48,16 +39,7 @@ func TestLargeFramesInPieces(t *testing.T) {
 			for i := range values {
 				values[i] = make([]byte, 300<<10+i*100<<10) // 300, 400, 500 KiB
 				_, _ = rand.Read(values[i])
-				req := kmsg.NewPtrProduceRequest()
-				req.SetVersion(7)
-				req.Acks, req.TimeoutMillis = -1, 10000
-				rt := kmsg.NewProduceRequestTopic()
-				rt.Topic = topic
-				rp := kmsg.NewProduceRequestTopicPartition()
-				rp.Records = batchOf(values[i])
-				rt.Partitions = append(rt.Partitions, rp)
-				req.Topics = append(req.Topics, rt)
-				add(req)
+				add(produceOne(7, topic, batchOf(values[i]), 10000))
 				av := kmsg.NewPtrApiVersionsRequest() // a small frame between large ones
 				av.SetVersion(3)
 				av.ClientSoftwareName, av.ClientSoftwareVersion = "offsetgate-test", "1"
@@ -79,13 +61,7 @@ func TestLargeFramesInPieces(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, corr := range corrs {
-				f, err := raw.readFrame()
-				if err != nil {
-					t.Fatalf("response %d of %d: %v", i, len(corrs), err)
-				}
-				if got := int32(binary.BigEndian.Uint32(f)); got != corr {
-					t.Fatalf("response %d: correlation id %d, want %d", i, got, corr)
-				}
+				f := raw.answer(i, corr)
 				if i%2 == 1 {
 					continue
 				}
@@ -100,15 +76,7 @@ func TestLargeFramesInPieces(t *testing.T) {
 			}
 
 			// One Fetch answer holds all three batches, well over the read buffer.
-			freq := kmsg.NewPtrFetchRequest()
-			freq.SetVersion(11)
-			freq.MaxWaitMillis, freq.MaxBytes, freq.ReplicaID = 500, 8<<20, -1
-			ft := kmsg.NewFetchRequestTopic()
-			ft.Topic = topic
-			fp := kmsg.NewFetchRequestTopicPartition()
-			fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 8<<20, -1
-			ft.Partitions = append(ft.Partitions, fp)
-			freq.Topics = append(freq.Topics, ft)
+			freq := fetchOne(11, topic, 500, 8<<20)
 			fresp := kmsg.NewPtrFetchResponse()
 			raw.roundTrip(freq, fresp)
 			fpart := fresp.Topics[0].Partitions[0]

@@ -128,15 +128,7 @@ func TestHeldBytesBudget(t *testing.T) {
 			p := k.start(t, d, func(c *proxy.Config) { c.Limits.MaxHeldBytes = budget })
 			brokerAddr := net.JoinHostPort("127.0.0.1", itoa(p.cfg.BrokerPort(leader)))
 			raw := k.dial(t, brokerAddr, 16<<10)
-			req := kmsg.NewPtrFetchRequest()
-			req.SetVersion(12)
-			req.MaxWaitMillis, req.MaxBytes, req.ReplicaID = 100, 8<<20, -1
-			ft := kmsg.NewFetchRequestTopic()
-			ft.Topic = topic
-			fp := kmsg.NewFetchRequestTopicPartition()
-			fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 8<<20, -1
-			ft.Partitions = append(ft.Partitions, fp)
-			req.Topics = append(req.Topics, ft)
+			req := fetchOne(12, topic, 100, 8<<20)
 			for i := 0; i < requests; i++ {
 				raw.send(req)
 			}
@@ -178,13 +170,7 @@ func TestHeldBytesBudget(t *testing.T) {
 			// The slow client reads everything, in order.
 			var size int
 			for i := 1; i <= requests; i++ {
-				f, err := raw.readFrame()
-				if err != nil {
-					t.Fatalf("answer %d: %v", i, err)
-				}
-				if c := int32(binary.BigEndian.Uint32(f)); c != int32(i) {
-					t.Fatalf("answer %d has correlation id %d", i, c)
-				}
+				f := raw.answer(i, int32(i))
 				resp := kmsg.NewPtrFetchResponse()
 				resp.SetVersion(12)
 				if err := resp.ReadFrom(skipTagsTest(t, f[4:])); err != nil {
@@ -237,15 +223,8 @@ func TestIdleConnectionsClosed(t *testing.T) {
 			}
 			leader := leaderOf(ctx, t, d, topic)
 			busy := k.dial(t, net.JoinHostPort("127.0.0.1", itoa(p.cfg.BrokerPort(leader))), 0)
-			req := kmsg.NewPtrFetchRequest()
-			req.SetVersion(12)
-			req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = 3000, 1, 1<<20, -1
-			ft := kmsg.NewFetchRequestTopic()
-			ft.Topic = topic
-			fp := kmsg.NewFetchRequestTopicPartition()
-			fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 1<<20, -1
-			ft.Partitions = append(ft.Partitions, fp)
-			req.Topics = append(req.Topics, ft)
+			req := fetchOne(12, topic, 3000, 1<<20)
+			req.MinBytes = 1
 			// First until the leader answers for the new topic without waiting.
 			for deadline := time.Now().Add(20 * time.Second); ; {
 				req.MaxWaitMillis = 0

@@ -344,15 +344,7 @@ func TestSecure(t *testing.T) {
 		}
 		defer wc.Close()
 		write := func(base int64) (int16, time.Duration) {
-			req := kmsg.NewPtrProduceRequest()
-			req.SetVersion(11)
-			req.Acks, req.TimeoutMillis = -1, 30000
-			rt := kmsg.NewProduceRequestTopic()
-			rt.Topic = topic
-			rp := kmsg.NewProduceRequestTopicPartition()
-			rp.Records = batchAt(base)
-			rt.Partitions = append(rt.Partitions, rp)
-			req.Topics = append(req.Topics, rt)
+			req := produceOne(11, topic, batchAt(base), 30000)
 			resp := kmsg.NewPtrProduceResponse()
 			start := time.Now()
 			if err := wc.RoundTrip(ctx, req, resp, true); err != nil {
