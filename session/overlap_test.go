@@ -67,15 +67,25 @@ func atOffsetFrame(topic string, p int32, corr int32) []byte {
 	return frame
 }
 
-func (m *gateMirror) waitStart(t *testing.T, want int32) {
+// waitStart waits until the writes of the partitions want have all started, in any order:
+// writes of different partitions run on their own goroutines, so the scheduler picks which
+// begins first.
+func (m *gateMirror) waitStart(t *testing.T, want ...int32) {
 	t.Helper()
-	select {
-	case p := <-m.started:
-		if p != want {
-			t.Fatalf("the write of partition %d started, want %d", p, want)
+	left := map[int32]bool{}
+	for _, p := range want {
+		left[p] = true
+	}
+	for len(left) > 0 {
+		select {
+		case p := <-m.started:
+			if !left[p] {
+				t.Fatalf("the write of partition %d started, want one of %v", p, want)
+			}
+			delete(left, p)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the writes of partitions %v never started", left)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("the write of partition %d never started", want)
 	}
 }
 
@@ -134,8 +144,7 @@ func TestAtOffsetWritesOverlap(t *testing.T) {
 	if n != len(a)+len(b) {
 		t.Fatalf("consumed %d bytes, want the two writes' %d (the Metadata behind them waits)", n, len(a)+len(b))
 	}
-	mirror.waitStart(t, 0)
-	mirror.waitStart(t, 1) // before the first is done: the writes overlap
+	mirror.waitStart(t, 0, 1) // both before either is done: the writes overlap
 	rest := in[n:]
 
 	// The second write finishes first: its answer waits for the first's.
