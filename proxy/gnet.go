@@ -568,6 +568,14 @@ func (cl *gnetClient) WriteClient(b []byte) {
 	}
 }
 
+// WriteClientv sends an answer written as slices with one writev; gnet copies what the socket
+// did not take.
+func (cl *gnetClient) WriteClientv(bs [][]byte) {
+	if !cl.closed {
+		_, _ = cl.c.Writev(bs)
+	}
+}
+
 // WriteUpstream sends to the upstream broker, dialing it at the first request.
 func (cl *gnetClient) WriteUpstream(b []byte) {
 	if cl.up != nil {

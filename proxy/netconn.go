@@ -430,6 +430,10 @@ func (nc *netClient) Close(err error) { go nc.close("client", err) }
 
 func (nc *netClient) WriteClient(b []byte) { nc.toClient.push(b) }
 
+// WriteClientv queues an answer written as slices as one buffer: a TLS connection would
+// otherwise seal every slice in a record of its own.
+func (nc *netClient) WriteClientv(bs [][]byte) { nc.toClient.pushv(bs) }
+
 // WriteUpstream queues bytes for the upstream broker and, at the first request, starts the
 // upstream side.
 func (nc *netClient) WriteUpstream(b []byte) {
@@ -479,6 +483,24 @@ func newOutQueue(lowWater int, notify func(), count func(int64)) *outQueue {
 
 func (q *outQueue) push(b []byte) {
 	cp := append([]byte(nil), b...)
+	q.mu.Lock()
+	q.bufs = append(q.bufs, cp)
+	q.n += len(cp)
+	q.mu.Unlock()
+	q.count(int64(len(cp)))
+	q.cond.Signal()
+}
+
+// pushv is push of the slices' concatenation.
+func (q *outQueue) pushv(bs [][]byte) {
+	n := 0
+	for _, b := range bs {
+		n += len(b)
+	}
+	cp := make([]byte, 0, n)
+	for _, b := range bs {
+		cp = append(cp, b...)
+	}
 	q.mu.Lock()
 	q.bufs = append(q.bufs, cp)
 	q.n += len(cp)

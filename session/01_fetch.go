@@ -39,11 +39,22 @@ func rewriteFetch(s *Session, version int16, body []byte) ([]byte, bool, error) 
 // rewriteFetchAt is rewriteFetch for a request at an isolation level (committed:
 // read_committed).
 func rewriteFetchAt(s *Session, version int16, body []byte, committed bool) ([]byte, bool, error) {
+	resp, changed, err := restoreFetch(s, version, body, committed)
+	if err != nil || !changed {
+		return nil, false, err
+	}
+	return s.encodeFetch(resp, len(body)), true, nil
+}
+
+// restoreFetch reads D's Fetch answer and turns its mirror partitions into the source's (in
+// place: the record batches stay in body) and its brokers into offsetgate's addresses; changed
+// says whether anything needed to.
+func restoreFetch(s *Session, version int16, body []byte, committed bool) (*kmsg.FetchResponse, bool, error) {
 	mirrors := s.mirrorsOn()
 	if version < 16 && !mirrors {
 		return nil, false, nil
 	}
-	resp := kmsg.FetchResponse{Version: version}
+	resp := &kmsg.FetchResponse{Version: version}
 	if err := resp.UnsafeReadFrom(body); err != nil {
 		return nil, false, err
 	}
@@ -91,16 +102,32 @@ func rewriteFetchAt(s *Session, version int16, body []byte, committed bool) ([]b
 			}
 		}
 	}
-	if !changed {
-		return nil, false, nil
+	return resp, changed, nil
+}
+
+// encodeFetch encodes a restored answer of about size bytes as a vectored answer (vector.go):
+// record batches of a few KiB and more stay where they lie, in D's frame or the view's copy.
+func (s *Session) encodeFetch(resp *kmsg.FetchResponse, size int) []byte {
+	s.vec.reset()
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			if p.RecordBatches != nil {
+				n := len(p.RecordBatches)
+				p.RecordBatches = s.vec.take(p.RecordBatches)
+				size -= n - len(p.RecordBatches)
+			}
+		}
 	}
-	out := resp.AppendTo(s.reserve(len(body) + 64))
+	out := resp.AppendTo(s.reserve(max(size, 0) + 64))
 	if cap(s.outBuf) > maxKeptOutBuf {
 		s.outBuf = nil // a rare huge answer is not kept for the connection's lifetime
 	} else if cap(out) == cap(s.outBuf) {
 		s.outBuf = out[:0]
 	}
-	return out, true, nil
+	s.vecUsed, s.vecFlexible = true, resp.IsFlexible()
+	return out
 }
 
 // fetchTopics names the request's topics and partitions (by name before v13, by id from v13).
@@ -214,21 +241,16 @@ func fetchDecide(s *Session, r *request) error {
 // spliceFetchErrors rewrites a Fetch answer as usual and adds partitions offsetgate answers
 // itself with an error.
 func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal, committed bool) ([]byte, bool, error) {
-	nb, changed, err := rewriteFetchAt(s, version, body, committed)
+	resp, changed, err := restoreFetch(s, version, body, committed)
 	if err != nil {
 		return nil, false, err
 	}
-	if changed {
-		body = nb[s.headroom:]
-		if !s.outUsed {
-			body = nb
+	if !changed {
+		resp = &kmsg.FetchResponse{Version: version}
+		if err := resp.UnsafeReadFrom(body); err != nil {
+			return nil, false, err
 		}
 	}
-	resp := kmsg.FetchResponse{Version: version}
-	if err := resp.ReadFrom(body); err != nil {
-		return nil, false, err
-	}
-	s.outUsed = false
 	for _, e := range errs {
 		var t *kmsg.FetchResponseTopic
 		for i := range resp.Topics {
@@ -247,7 +269,7 @@ func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal, c
 		p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
 		t.Partitions = append(t.Partitions, p)
 	}
-	return resp.AppendTo(nil), true, nil
+	return s.encodeFetch(resp, len(body)+32*len(errs)), true, nil
 }
 
 // restorePartition turns one partition of D's fetch answer into the source's.

@@ -12,13 +12,14 @@ import (
 
 type nopConn struct{}
 
-func (nopConn) WriteClient([]byte)   {}
-func (nopConn) WriteUpstream([]byte) {}
-func (nopConn) ClientPending() int   { return 0 }
-func (nopConn) Resume()              {}
-func (nopConn) WaitClientDrain()     {}
-func (nopConn) Post(fn func())       { fn() }
-func (nopConn) Close(error)          {}
+func (nopConn) WriteClient([]byte)    {}
+func (nopConn) WriteClientv([][]byte) {}
+func (nopConn) WriteUpstream([]byte)  {}
+func (nopConn) ClientPending() int    { return 0 }
+func (nopConn) Resume()               {}
+func (nopConn) WaitClientDrain()      {}
+func (nopConn) Post(fn func())        { fn() }
+func (nopConn) Close(error)           {}
 
 // fakeCatalog knows every topic and marks none.
 type fakeCatalog struct{}

@@ -153,6 +153,13 @@ func (f *syncConn) WriteClient(b []byte) {
 	defer f.mu.Unlock()
 	f.client.Write(b)
 }
+func (f *syncConn) WriteClientv(bs [][]byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range bs {
+		f.client.Write(b)
+	}
+}
 func (f *syncConn) WriteUpstream(b []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -30,6 +30,9 @@ type Conn interface {
 	// WriteClient sends bytes to the client. The transport copies what it cannot send at once,
 	// so the caller may reuse b after the call.
 	WriteClient(b []byte)
+	// WriteClientv sends the slices as one write, in order, with WriteClient's contract (the
+	// caller may reuse them after the call).
+	WriteClientv(bs [][]byte)
 	// WriteUpstream sends bytes to the upstream broker, with the same contract.
 	WriteUpstream(b []byte)
 	// ClientPending is the number of bytes written to the client and not yet sent.
@@ -218,6 +221,11 @@ type Session struct {
 	headroom int
 	outBuf   []byte
 	outUsed  bool // the last rewrite's result lives in outBuf
+	// vec builds an answer written as slices (vector.go); vecUsed: the last rewrite's result in
+	// outBuf holds tokens for vec's fields, encoded flexible or not (vecFlexible).
+	vec         vecAnswer
+	vecUsed     bool
+	vecFlexible bool
 	// held is the bytes of responses kept in their slots, waiting for an earlier one.
 	held   int
 	closed bool
@@ -635,16 +643,25 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 			flushDirect(off)
 			return off, fmt.Errorf("%w: upstream answered correlation id %d, expected %d (api key %d)", ErrFrame, corr, sl.corr, sl.key)
 		}
-		out, err := s.response(sl, frame)
+		out, segs, total, err := s.response(sl, frame)
 		if err != nil {
 			flushDirect(off)
 			return off, err
 		}
 		pooled := s.outUsed
 		s.outUsed = false
-		s.cfg.Observer.Response(sl.key, len(out), time.Since(sl.start))
+		s.cfg.Observer.Response(sl.key, total, time.Since(sl.start))
 		atHead := s.slots.headSeq() == seq
+		if segs != nil && !atHead {
+			// Its slices point into buffers reused before the answer can leave.
+			out, segs, pooled = flatten(segs, total), nil, false
+		}
 		switch {
+		case segs != nil:
+			flushDirect(off)
+			s.conn.WriteClientv(segs)
+			s.slots.pop()
+			s.count(-1)
 		case atHead && len(out) == len(frame) && &out[0] == &frame[0]:
 			// Unchanged and next in order: goes out with its neighbours, no copy.
 			if direct < 0 {
@@ -684,36 +701,46 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 	return off, nil
 }
 
-// response applies the slot's rewrite, if any, and returns the frame to send to the client.
-func (s *Session) response(sl *slot, frame []byte) ([]byte, error) {
+// response applies the slot's rewrite, if any, and returns the frame to send to the client:
+// whole (out), or as slices (segs, vector.go) that are valid only until the next rewrite or the
+// end of the upstream bytes they point into. total is the frame's length either way.
+func (s *Session) response(sl *slot, frame []byte) (out []byte, segs [][]byte, total int, err error) {
 	if sl.rewrite == nil {
-		return frame, nil
+		return frame, nil, len(frame), nil
 	}
 	hl, err := respHeaderLen(frame[4:], sl.key, sl.version)
 	if err != nil {
-		return nil, fmt.Errorf("%w: response header of api key %d: %v", ErrFrame, sl.key, err)
+		return nil, nil, 0, fmt.Errorf("%w: response header of api key %d: %v", ErrFrame, sl.key, err)
 	}
 	body := frame[4+hl:]
-	s.headroom, s.outUsed = 4+hl, false
+	s.headroom, s.outUsed, s.vecUsed = 4+hl, false, false
 	nb, changed, err := sl.rewrite(s, sl.version, body)
 	if err != nil {
 		// A response offsetgate cannot read may carry addresses it must not leak.
-		return nil, fmt.Errorf("%w: rewriting api key %d v%d response: %v", ErrFrame, sl.key, sl.version, err)
+		return nil, nil, 0, fmt.Errorf("%w: rewriting api key %d v%d response: %v", ErrFrame, sl.key, sl.version, err)
 	}
 	if !changed {
-		return frame, nil
+		return frame, nil, len(frame), nil
 	}
 	s.cfg.Observer.Rewrite(sl.key)
 	if s.outUsed {
 		// nb starts with the headroom reserved for the frame header.
-		binary.BigEndian.PutUint32(nb, uint32(len(nb)-4))
 		copy(nb[4:4+hl], frame[4:4+hl])
-		return nb, nil
+		if s.vecUsed {
+			total, err := s.vec.build(nb, s.vecFlexible)
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("%w: api key %d v%d response: %v", ErrFrame, sl.key, sl.version, err)
+			}
+			return nil, s.vec.segs, total, nil
+		}
+		binary.BigEndian.PutUint32(nb, uint32(len(nb)-4))
+		return nb, nil, len(nb), nil
 	}
-	out := make([]byte, 4, 4+hl+len(nb))
+	out = make([]byte, 4, 4+hl+len(nb))
 	binary.BigEndian.PutUint32(out, uint32(hl+len(nb)))
 	out = append(out, frame[4:4+hl]...)
-	return append(out, nb...), nil
+	out = append(out, nb...)
+	return out, nil, len(out), nil
 }
 
 // reserve returns an empty buffer for a response body of about size bytes, with the frame

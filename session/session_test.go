@@ -17,7 +17,12 @@ type fakeConn struct {
 	closedWith       error
 }
 
-func (f *fakeConn) WriteClient(b []byte)   { f.client.Write(b) }
+func (f *fakeConn) WriteClient(b []byte) { f.client.Write(b) }
+func (f *fakeConn) WriteClientv(bs [][]byte) {
+	for _, b := range bs {
+		f.client.Write(b)
+	}
+}
 func (f *fakeConn) WriteUpstream(b []byte) { f.upstream.Write(b) }
 func (f *fakeConn) ClientPending() int     { return f.pending }
 func (f *fakeConn) Resume()                { f.resumed++ }
