@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unsafe"
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/panjf2000/gnet/v2/pkg/pool/byteslice"
@@ -112,14 +113,17 @@ func (a *assembly) take(c gnet.Conn) {
 
 // fill reads the rest of the frame straight from the socket. It reports whether the frame is
 // whole; false with a nil error means the socket had nothing more for now, and the event loop
-// calls back when it has.
+// calls back when it has. A read that returns less than it asked for ends the round: the socket
+// is most likely empty, and gnet's epoll is level-triggered, so bytes still there call back at
+// once; reading on until EAGAIN cost a system call in every round.
 func (a *assembly) fill(c gnet.Conn) (bool, error) {
 	a.take(c)
 	for len(a.buf) < a.want {
 		if len(a.buf) == cap(a.buf) {
 			a.grow(1)
 		}
-		n, err := unix.Read(c.Fd(), a.buf[len(a.buf):min(a.want, cap(a.buf))])
+		ask := min(a.want, cap(a.buf)) - len(a.buf)
+		n, err := unix.Read(c.Fd(), a.buf[len(a.buf):len(a.buf)+ask])
 		switch {
 		case errors.Is(err, unix.EAGAIN):
 			return false, nil
@@ -131,6 +135,9 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 			return false, fmt.Errorf("reading a %d-byte frame: %w", a.want, io.ErrUnexpectedEOF)
 		}
 		a.buf = a.buf[:len(a.buf)+n]
+		if n < ask && len(a.buf) < a.want {
+			return false, nil
+		}
 	}
 	return true, nil
 }
@@ -139,6 +146,22 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 // the frame has copied what it keeps.
 func (a *assembly) release() {
 	a.giveBack(a.buf)
+	a.buf, a.want, a.trusted = nil, 0, false
+}
+
+// holds reports whether b lies in the frame's buffer.
+func (a *assembly) holds(b []byte) bool {
+	if len(b) == 0 || len(a.buf) == 0 {
+		return false
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(a.buf)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p+uintptr(len(b)) <= start+uintptr(len(a.buf))
+}
+
+// lend ends the frame without giving its buffer back: part of it is still to be written
+// upstream, and the writer gives the buffer back with giveBack when done.
+func (a *assembly) lend() {
 	a.buf, a.want, a.trusted = nil, 0, false
 }
 

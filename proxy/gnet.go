@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,6 +39,10 @@ type gnetTransport struct {
 	paused  map[*gnetClient]struct{}
 	clients map[*gnetClient]struct{}
 	ticks   int
+
+	// watch reports upstream sockets writable again for requests written around gnet (see
+	// writeWatch); nil where it cannot run, and then every request goes through gnet.
+	watch *writeWatch
 }
 
 // gnetClient is one client connection and its upstream.
@@ -66,8 +72,17 @@ type gnetClient struct {
 	acct   account
 	paused bool // stopped by the budget: neither socket is read
 	// holding: the client is not read while the upstream has more than upstreamBacklog of
-	// requests the kernel has not taken.
+	// requests the kernel has not taken, or any written around gnet.
 	holding bool
+	// direct is what the upstream's socket has not taken yet of requests written to it around
+	// gnet, oldest first: a large request's rest where it lies, in directBuf (the client's frame
+	// buffer, lent until it is written), and anything forwarded behind it (copied). watchID
+	// names the connection to the write watch; watchAdded: its upstream socket is in the set.
+	direct      [][]byte
+	directBytes int
+	directBuf   []byte
+	watchID     int32
+	watchAdded  bool
 	// lastActive is when the last request arrived or answer was passed on (unix nanoseconds),
 	// for the idle timeout.
 	lastActive atomic.Int64
@@ -84,8 +99,15 @@ type brokerTarget struct {
 }
 
 func newGnetTransport(srv *Server) *gnetTransport {
-	return &gnetTransport{srv: srv, booted: make(chan struct{}), started: make(chan struct{}),
+	t := &gnetTransport{srv: srv, booted: make(chan struct{}), started: make(chan struct{}),
 		waiting: map[*gnetClient]struct{}{}, paused: map[*gnetClient]struct{}{}, clients: map[*gnetClient]struct{}{}}
+	w, err := newWriteWatch()
+	if err != nil {
+		srv.log.Warn("large requests are copied into gnet's buffers when the broker is slower than its client", zap.Error(err))
+	} else {
+		t.watch = w
+	}
+	return t
 }
 
 func (t *gnetTransport) run(addr string) error {
@@ -121,12 +143,17 @@ func (t *gnetTransport) enroll(c net.Conn, ln *listener, node int32) error {
 }
 
 func (t *gnetTransport) stop(ctx context.Context) error {
+	var err error
 	select {
 	case <-t.booted:
-		return t.eng.Stop(ctx)
+		err = t.eng.Stop(ctx)
 	default:
-		return nil
 	}
+	if t.watch != nil {
+		t.watch.close()
+		t.watch = nil
+	}
+	return err
 }
 
 func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
@@ -216,6 +243,10 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 		v.inFrame.close()
 		v.upFrame.close()
 		v.pendingUp = nil
+		v.direct, v.directBuf, v.directBytes = nil, nil, 0
+		if v.watchID != 0 {
+			t.watch.forget(v.watchID)
+		}
 		v.acct.release()
 		t.srv.releaseConn(v.ip) // before the gauge moves, so that a place is free once it shows
 		if v.side == "" {
@@ -303,7 +334,7 @@ const upstreamBacklog = 1 << 20
 
 // backlogged reports whether the client must wait for the upstream to take its requests.
 func (cl *gnetClient) backlogged() bool {
-	return cl.up != nil && cl.up.OutboundBuffered() > upstreamBacklog
+	return cl.up != nil && (len(cl.direct) > 0 || cl.up.OutboundBuffered() > upstreamBacklog)
 }
 
 func (cl *gnetClient) clientTraffic() gnet.Action {
@@ -340,7 +371,11 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			if used == 0 {
 				break // paused: the frame waits here until the session resumes
 			}
-			cl.inFrame.release()
+			if cl.directBuf != nil && cl.inFrame.holds(cl.directBuf) {
+				cl.inFrame.lend() // its rest is still to be written: flushDirect gives it back
+			} else {
+				cl.inFrame.release()
+			}
 			continue // gnet's buffer may hold the start of the next frame
 		}
 		n := cl.c.InboundBuffered()
@@ -482,7 +517,7 @@ func (cl *gnetClient) settle() {
 	}
 	if cl.up != nil {
 		reading += cl.up.InboundBuffered()
-		in += cl.up.OutboundBuffered()
+		in += cl.up.OutboundBuffered() + cl.directBytes
 	}
 	cl.acct.set(int64(out+reading), int64(in))
 	over := cl.acct.over(int64(reading))
@@ -579,7 +614,17 @@ func (cl *gnetClient) WriteClientv(bs [][]byte) {
 // WriteUpstream sends to the upstream broker, dialing it at the first request.
 func (cl *gnetClient) WriteUpstream(b []byte) {
 	if cl.up != nil {
-		_, _ = cl.up.Write(b)
+		switch {
+		case cl.closed:
+		case len(cl.direct) > 0:
+			// Behind a request still being written around gnet: queued after it, in order.
+			cl.direct = append(cl.direct, bytes.Clone(b))
+			cl.directBytes += len(b)
+		case cl.t.watch != nil && cl.up.OutboundBuffered() == 0 && cl.inFrame.holds(b):
+			cl.writeDirect(b)
+		default:
+			_, _ = cl.up.Write(b)
+		}
 		return
 	}
 	if cl.closed {
@@ -590,6 +635,68 @@ func (cl *gnetClient) WriteUpstream(b []byte) {
 		cl.dialing = true
 		go cl.t.dial(cl, cl.c)
 	}
+}
+
+// writeDirect writes a request that lies in the client's frame buffer to the upstream's
+// socket itself. What the socket does not take stays where it is, the buffer lent until
+// flushDirect has written it: gnet would copy it into its outbound buffer, a copy as large as
+// the rest of the request (see writeWatch).
+func (cl *gnetClient) writeDirect(b []byte) {
+	n, err := writeFD(cl.up.Fd(), b)
+	if err != nil {
+		cl.failClient("upstream", fmt.Errorf("writing a request: %w", err))
+		return
+	}
+	if n == len(b) {
+		return
+	}
+	cl.direct = append(cl.direct, b[n:])
+	cl.directBytes += len(b) - n
+	cl.directBuf = cl.inFrame.buf
+	cl.t.srv.metrics.directRests.Inc()
+	cl.armWatch()
+}
+
+// armWatch asks the write watch for one report when the upstream's socket has room.
+func (cl *gnetClient) armWatch() {
+	if cl.watchID == 0 {
+		cl.watchID = cl.t.watch.register(func() { cl.onLoop(cl.flushDirect) })
+	}
+	if err := cl.t.watch.arm(cl.up.Fd(), cl.watchID, cl.watchAdded); err != nil {
+		cl.failClient("upstream", err)
+		return
+	}
+	cl.watchAdded = true
+}
+
+// flushDirect writes on what the upstream's socket did not take, when the write watch says it
+// has room; once all is written the frame buffer goes back and the client is read again.
+func (cl *gnetClient) flushDirect() {
+	if cl.up == nil {
+		return
+	}
+	for len(cl.direct) > 0 {
+		b := cl.direct[0]
+		n, err := writeFD(cl.up.Fd(), b)
+		cl.directBytes -= n
+		if err != nil {
+			cl.failClient("upstream", fmt.Errorf("writing a request: %w", err))
+			return
+		}
+		if n < len(b) {
+			cl.direct[0] = b[n:]
+			cl.armWatch()
+			return
+		}
+		cl.direct[0] = nil
+		cl.direct = cl.direct[1:]
+	}
+	cl.direct = nil
+	if cl.directBuf != nil {
+		cl.inFrame.giveBack(cl.directBuf)
+		cl.directBuf = nil
+	}
+	cl.settle()
 }
 
 func (cl *gnetClient) ClientPending() int { return cl.c.OutboundBuffered() }

@@ -24,6 +24,7 @@ type metrics struct {
 	upstreamErrors prometheus.Counter
 	pausedTotal    prometheus.Counter
 	backlogHolds   prometheus.Counter
+	directRests    prometheus.Counter
 	bufferHigh     prometheus.Gauge
 	inFlight       prometheus.GaugeFunc
 	budgetPauses   prometheus.Counter
@@ -43,6 +44,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Times a client's requests stopped being forwarded because its unread responses were over the high-water mark."}),
 		backlogHolds: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_backlog_holds_total",
 			Help: "Times a client's next request was not read because its broker had not yet taken the requests written to it (the client is slowed as by its broker)."}),
+		directRests: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_direct_rests_total",
+			Help: "Times the rest of a large request the broker's socket did not take was kept in its own buffer until the socket had room, rather than copied (gnet transport)."}),
 		bufferHigh: prometheus.NewGauge(prometheus.GaugeOpts{Name: "offsetgate_buffered_bytes_high_water",
 			Help: "Largest per-connection buffered byte count seen (unconsumed input or unsent output)."}),
 		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "offsetgate_requests_in_flight",
@@ -79,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.localAnswers[k] = la.WithLabelValues(name)
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
-	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.backlogHolds, m.bufferHigh, m.inFlight,
+	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.backlogHolds, m.directRests, m.bufferHigh, m.inFlight,
 		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }
