@@ -1,0 +1,94 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"offsetgate/internal/testkafka"
+)
+
+// A client that pipelines large Fetches and reads slowly gets every answer byte for byte as the
+// broker sends it, in order. On gnet an answer the client's socket does not take whole waits in
+// its own frame buffer (not copied into gnet's), and the broker's next answers wait unread
+// meanwhile, so offsetgate holds about one answer for the client.
+func TestDirectAnswerRest(t *testing.T) {
+	pair := testkafka.Shared(t)
+	d := pair.Dest
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	topic := testkafka.Names(t, "rest")
+	if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	cl := franzClient(t, d.Addrs(), kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	var rs []*kgo.Record
+	for i := 0; i < 1024; i++ {
+		v := make([]byte, 4000)
+		_, _ = rand.Read(v)
+		rs = append(rs, &kgo.Record{Topic: topic, Value: v})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	leader, _, err := d.Leader(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The broker's own answer, for comparison: the same request gets the same bytes.
+	const maxBytes, requests = 2 << 20, 24
+	req := fetchOne(12, topic, 100, maxBytes)
+	want := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", d.Node(leader).Port))
+	want.send(req)
+	ref := want.answer(1, 1)
+	if len(ref) < 1<<20 {
+		t.Fatalf("the broker answered %d bytes; the test needs answers of at least 1 MiB", len(ref))
+	}
+
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			p := startProxy(t, d, tr, nil)
+			dialer := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+				return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
+			}}
+			c, err := dialer.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			raw := &rawConn{t: t, c: c}
+			for i := 0; i < requests; i++ {
+				raw.send(req)
+			}
+			time.Sleep(2 * time.Second) // the client reads nothing meanwhile
+			rests := p.metric(t, "offsetgate_direct_rests_total", map[string]string{"side": "client"})
+			held := p.metric(t, "offsetgate_buffered_bytes_high_water", nil)
+			t.Logf("%d answers of %d KiB pending: %v rests kept, at most %.1f MiB buffered", requests, len(ref)>>10, rests, held/(1<<20))
+			if tr == "gnet" {
+				if rests < 1 {
+					t.Fatal("no answer's rest was kept for the client's socket")
+				}
+				if held > 2*float64(len(ref)) {
+					t.Fatalf("offsetgate buffered %.1f MiB for the client; one answer is %.1f MiB", held/(1<<20), float64(len(ref))/(1<<20))
+				}
+			}
+			for i := 1; i <= requests; i++ {
+				f := raw.answer(i, int32(i))
+				if !bytes.Equal(f[4:], ref[4:]) {
+					at := 0
+					for at < min(len(f), len(ref)) && f[at] == ref[at] {
+						at++
+					}
+					t.Fatalf("answer %d (%d bytes) differs from the broker's (%d bytes) at byte %d", i, len(f), len(ref), at)
+				}
+			}
+		})
+	}
+}
