@@ -71,7 +71,7 @@ func TestUpstreamBacklogHoldsClient(t *testing.T) {
 				t.Errorf("the client was never held, though the broker took nothing for three seconds")
 			}
 			// On gnet a request's rest waits in its own buffer, not copied into gnet's.
-			if rests := p.metric(t, "offsetgate_direct_rests_total", map[string]string{"side": "upstream"}); tr == "gnet" && rests < 1 {
+			if rests := p.metric(t, "offsetgate_upstream_direct_rests_total", nil); tr == "gnet" && rests < 1 {
 				t.Errorf("no request's rest was kept for the write watch on gnet, though the broker took nothing for three seconds")
 			}
 			if high > bound {

@@ -74,10 +74,15 @@ type gnetClient struct {
 	// holding: the client is not read while the upstream has more than upstreamBacklog of
 	// requests the kernel has not taken, or any written around gnet.
 	holding bool
-	// toUp and toClient are what the upstream's and the client's sockets have not taken yet of
-	// large frames written to them around gnet (see writeWatch): the upstream's answers are not
-	// read while the client's socket is full, the client's requests not while the upstream's is.
-	toUp, toClient directOut
+	// direct is what the upstream's socket has not taken yet of requests written to it around
+	// gnet, oldest first: a large request's rest where it lies, in directBuf (the client's frame
+	// buffer, lent until it is written), and anything forwarded behind it (copied). watchID
+	// names the connection to the write watch; watchAdded: its upstream socket is in the set.
+	direct      [][]byte
+	directBytes int
+	directBuf   []byte
+	watchID     int32
+	watchAdded  bool
 	// lastActive is when the last request arrived or answer was passed on (unix nanoseconds),
 	// for the idle timeout.
 	lastActive atomic.Int64
@@ -238,8 +243,10 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 		v.inFrame.close()
 		v.upFrame.close()
 		v.pendingUp = nil
-		v.toUp.close(t.watch)
-		v.toClient.close(t.watch)
+		v.direct, v.directBuf, v.directBytes = nil, nil, 0
+		if v.watchID != 0 {
+			t.watch.forget(v.watchID)
+		}
 		v.acct.release()
 		t.srv.releaseConn(v.ip) // before the gauge moves, so that a place is free once it shows
 		if v.side == "" {
@@ -327,7 +334,7 @@ const upstreamBacklog = 1 << 20
 
 // backlogged reports whether the client must wait for the upstream to take its requests.
 func (cl *gnetClient) backlogged() bool {
-	return cl.up != nil && (cl.toUp.pending() || cl.up.OutboundBuffered() > upstreamBacklog)
+	return cl.up != nil && (len(cl.direct) > 0 || cl.up.OutboundBuffered() > upstreamBacklog)
 }
 
 func (cl *gnetClient) clientTraffic() gnet.Action {
@@ -364,8 +371,8 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			if used == 0 {
 				break // paused: the frame waits here until the session resumes
 			}
-			if cl.toUp.lentFrom(&cl.inFrame) {
-				cl.inFrame.lend() // its rest is still to be written: flushUp gives it back
+			if cl.directBuf != nil && cl.inFrame.holds(cl.directBuf) {
+				cl.inFrame.lend() // its rest is still to be written: flushDirect gives it back
 			} else {
 				cl.inFrame.release()
 			}
@@ -404,7 +411,7 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 	if a := cl.checkBuffered(lim.MaxBufferedBytes); a != gnet.None {
 		return a
 	}
-	cl.t.srv.bufferMark(cl.c.OutboundBuffered() + cl.toClient.bytes)
+	cl.t.srv.bufferMark(cl.c.OutboundBuffered())
 	cl.settle()
 	return gnet.None
 }
@@ -427,12 +434,6 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 		return gnet.Close
 	}
 	for {
-		if cl.toClient.pending() {
-			// The client's socket is full with a large answer: the next ones wait in the
-			// broker's socket, as on a direct connection (flushClient reads again).
-			cl.stopReading(cl.up)
-			break
-		}
 		if cl.upFrame.want > 0 {
 			whole, err := cl.upFrame.fill(cl.up)
 			if err != nil {
@@ -443,17 +444,13 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 				break
 			}
 			_, err = cl.sess.HandleUpstream(cl.upFrame.buf)
-			if cl.toClient.lentFrom(&cl.upFrame) {
-				cl.upFrame.lend() // its rest is still to be written: flushClient gives it back
-			} else {
-				cl.upFrame.release()
-			}
+			cl.upFrame.release()
 			cl.active()
 			if err != nil {
 				cl.failClient("upstream", err)
 				return gnet.Close
 			}
-			cl.t.srv.bufferMark(cl.c.OutboundBuffered() + cl.toClient.bytes)
+			cl.t.srv.bufferMark(cl.c.OutboundBuffered())
 			continue // gnet's buffer may hold the start of the next frame
 		}
 		// Between frames: a connection over its share of the budget takes no more answers.
@@ -488,7 +485,7 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 			cl.failClient("upstream", err)
 			return gnet.Close
 		}
-		cl.t.srv.bufferMark(cl.c.OutboundBuffered() + cl.toClient.bytes)
+		cl.t.srv.bufferMark(cl.c.OutboundBuffered())
 		if used == 0 {
 			break
 		}
@@ -509,7 +506,7 @@ func (cl *gnetClient) settle() {
 	cutoff := time.Now().Add(-spareIdle)
 	cl.inFrame.dropSpare(cutoff)
 	cl.upFrame.dropSpare(cutoff)
-	out := cl.c.OutboundBuffered() + cl.toClient.bytes + cl.sess.Held()
+	out := cl.c.OutboundBuffered() + cl.sess.Held()
 	in := cl.c.InboundBuffered() + cap(cl.inFrame.buf) + len(cl.pendingUp)
 	if cl.inFrame.want == 0 {
 		in += cap(cl.inFrame.spare)
@@ -520,7 +517,7 @@ func (cl *gnetClient) settle() {
 	}
 	if cl.up != nil {
 		reading += cl.up.InboundBuffered()
-		in += cl.up.OutboundBuffered() + cl.toUp.bytes
+		in += cl.up.OutboundBuffered() + cl.directBytes
 	}
 	cl.acct.set(int64(out+reading), int64(in))
 	over := cl.acct.over(int64(reading))
@@ -601,21 +598,7 @@ func (cl *gnetClient) failClient(side string, err error) {
 func (cl *gnetClient) Close(err error) { cl.failClient("client", err) }
 
 func (cl *gnetClient) WriteClient(b []byte) {
-	switch {
-	case cl.closed:
-	case cl.toClient.pending():
-		cl.toClient.queue(b) // behind a large answer still being written: in order
-	case cl.t.watch != nil && cl.c.OutboundBuffered() == 0 && cl.upFrame.holds(b):
-		kept, err := cl.toClient.start(cl.c.Fd(), b, &cl.upFrame)
-		if err != nil {
-			cl.failClient("client", fmt.Errorf("writing an answer: %w", err))
-			return
-		}
-		if kept {
-			cl.t.srv.metrics.directRests.WithLabelValues("client").Inc()
-			cl.armClient()
-		}
-	default:
+	if !cl.closed {
 		_, _ = cl.c.Write(b)
 	}
 }
@@ -623,40 +606,9 @@ func (cl *gnetClient) WriteClient(b []byte) {
 // WriteClientv sends an answer written as slices with one writev; gnet copies what the socket
 // did not take.
 func (cl *gnetClient) WriteClientv(bs [][]byte) {
-	switch {
-	case cl.closed:
-	case cl.toClient.pending():
-		cl.toClient.queue(bytes.Join(bs, nil))
-	default:
+	if !cl.closed {
 		_, _ = cl.c.Writev(bs)
 	}
-}
-
-// armClient asks the write watch for one report when the client's socket has room.
-func (cl *gnetClient) armClient() {
-	if err := cl.toClient.arm(cl.t.watch, cl.c.Fd(), func() { cl.onLoop(cl.flushClient) }); err != nil {
-		cl.failClient("client", err)
-	}
-}
-
-// flushClient writes on what the client's socket did not take of large answers; once all is
-// written the upstream's answers are read again.
-func (cl *gnetClient) flushClient() {
-	done, err := cl.toClient.flush(cl.c.Fd())
-	switch {
-	case err != nil:
-		cl.failClient("client", fmt.Errorf("writing an answer: %w", err))
-		return
-	case !done:
-		cl.armClient()
-		return
-	}
-	cl.active()
-	if cl.up != nil && !cl.paused {
-		cl.startReading(cl.up)
-		_ = cl.up.Wake(nil) // what gnet buffered meanwhile is not announced again
-	}
-	cl.settle()
 }
 
 // WriteUpstream sends to the upstream broker, dialing it at the first request.
@@ -664,18 +616,12 @@ func (cl *gnetClient) WriteUpstream(b []byte) {
 	if cl.up != nil {
 		switch {
 		case cl.closed:
-		case cl.toUp.pending():
-			cl.toUp.queue(b) // behind a request still being written around gnet: in order
+		case len(cl.direct) > 0:
+			// Behind a request still being written around gnet: queued after it, in order.
+			cl.direct = append(cl.direct, bytes.Clone(b))
+			cl.directBytes += len(b)
 		case cl.t.watch != nil && cl.up.OutboundBuffered() == 0 && cl.inFrame.holds(b):
-			kept, err := cl.toUp.start(cl.up.Fd(), b, &cl.inFrame)
-			if err != nil {
-				cl.failClient("upstream", fmt.Errorf("writing a request: %w", err))
-				return
-			}
-			if kept {
-				cl.t.srv.metrics.directRests.WithLabelValues("upstream").Inc()
-				cl.armUp()
-			}
+			cl.writeDirect(b)
 		default:
 			_, _ = cl.up.Write(b)
 		}
@@ -691,31 +637,69 @@ func (cl *gnetClient) WriteUpstream(b []byte) {
 	}
 }
 
-// armUp asks the write watch for one report when the upstream's socket has room.
-func (cl *gnetClient) armUp() {
-	if err := cl.toUp.arm(cl.t.watch, cl.up.Fd(), func() { cl.onLoop(cl.flushUp) }); err != nil {
-		cl.failClient("upstream", err)
+// writeDirect writes a request that lies in the client's frame buffer to the upstream's
+// socket itself. What the socket does not take stays where it is, the buffer lent until
+// flushDirect has written it: gnet would copy it into its outbound buffer, a copy as large as
+// the rest of the request (see writeWatch).
+func (cl *gnetClient) writeDirect(b []byte) {
+	n, err := writeFD(cl.up.Fd(), b)
+	if err != nil {
+		cl.failClient("upstream", fmt.Errorf("writing a request: %w", err))
+		return
 	}
+	if n == len(b) {
+		return
+	}
+	cl.direct = append(cl.direct, b[n:])
+	cl.directBytes += len(b) - n
+	cl.directBuf = cl.inFrame.buf
+	cl.t.srv.metrics.directRests.Inc()
+	cl.armWatch()
 }
 
-// flushUp writes on what the upstream's socket did not take of large requests; once all is
-// written the client is read again (settle ends the hold).
-func (cl *gnetClient) flushUp() {
+// armWatch asks the write watch for one report when the upstream's socket has room.
+func (cl *gnetClient) armWatch() {
+	if cl.watchID == 0 {
+		cl.watchID = cl.t.watch.register(func() { cl.onLoop(cl.flushDirect) })
+	}
+	if err := cl.t.watch.arm(cl.up.Fd(), cl.watchID, cl.watchAdded); err != nil {
+		cl.failClient("upstream", err)
+		return
+	}
+	cl.watchAdded = true
+}
+
+// flushDirect writes on what the upstream's socket did not take, when the write watch says it
+// has room; once all is written the frame buffer goes back and the client is read again.
+func (cl *gnetClient) flushDirect() {
 	if cl.up == nil {
 		return
 	}
-	done, err := cl.toUp.flush(cl.up.Fd())
-	switch {
-	case err != nil:
-		cl.failClient("upstream", fmt.Errorf("writing a request: %w", err))
-	case !done:
-		cl.armUp()
-	default:
-		cl.settle()
+	for len(cl.direct) > 0 {
+		b := cl.direct[0]
+		n, err := writeFD(cl.up.Fd(), b)
+		cl.directBytes -= n
+		if err != nil {
+			cl.failClient("upstream", fmt.Errorf("writing a request: %w", err))
+			return
+		}
+		if n < len(b) {
+			cl.direct[0] = b[n:]
+			cl.armWatch()
+			return
+		}
+		cl.direct[0] = nil
+		cl.direct = cl.direct[1:]
 	}
+	cl.direct = nil
+	if cl.directBuf != nil {
+		cl.inFrame.giveBack(cl.directBuf)
+		cl.directBuf = nil
+	}
+	cl.settle()
 }
 
-func (cl *gnetClient) ClientPending() int { return cl.c.OutboundBuffered() + cl.toClient.bytes }
+func (cl *gnetClient) ClientPending() int { return cl.c.OutboundBuffered() }
 
 func (cl *gnetClient) Resume() { _ = cl.c.Wake(nil) }
 

@@ -24,7 +24,7 @@ type metrics struct {
 	upstreamErrors prometheus.Counter
 	pausedTotal    prometheus.Counter
 	backlogHolds   prometheus.Counter
-	directRests    *prometheus.CounterVec
+	directRests    prometheus.Counter
 	bufferHigh     prometheus.Gauge
 	inFlight       prometheus.GaugeFunc
 	budgetPauses   prometheus.Counter
@@ -44,8 +44,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Times a client's requests stopped being forwarded because its unread responses were over the high-water mark."}),
 		backlogHolds: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_backlog_holds_total",
 			Help: "Times a client's next request was not read because its broker had not yet taken the requests written to it (the client is slowed as by its broker)."}),
-		directRests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_direct_rests_total",
-			Help: "Times the rest of a large frame a socket did not take was kept in its frame buffer until the socket had room, rather than copied (gnet transport; side: upstream for requests, client for answers)."}, []string{"side"}),
+		directRests: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_direct_rests_total",
+			Help: "Times the rest of a large request the broker's socket did not take was kept in its own buffer until the socket had room, rather than copied (gnet transport)."}),
 		bufferHigh: prometheus.NewGauge(prometheus.GaugeOpts{Name: "offsetgate_buffered_bytes_high_water",
 			Help: "Largest per-connection buffered byte count seen (unconsumed input or unsent output)."}),
 		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "offsetgate_requests_in_flight",
