@@ -42,7 +42,8 @@ type gnetTransport struct {
 
 	// watch reports upstream sockets writable again for requests written around gnet (see
 	// writeWatch); nil where it cannot run, and then every request goes through gnet.
-	watch *writeWatch
+	watch     *writeWatch
+	watchOnce sync.Once
 }
 
 // gnetClient is one client connection and its upstream.
@@ -149,11 +150,16 @@ func (t *gnetTransport) stop(ctx context.Context) error {
 		err = t.eng.Stop(ctx)
 	default:
 	}
-	if t.watch != nil {
-		t.watch.close()
-		t.watch = nil
-	}
+	t.closeWatch()
 	return err
+}
+
+// closeWatch ends the write watch's goroutine. The field stays set: a loop that outlived the
+// engine's stop finds a closed set (arming fails and closes its connection), never nil.
+func (t *gnetTransport) closeWatch() {
+	if t.watch != nil {
+		t.watchOnce.Do(t.watch.close)
+	}
 }
 
 func (t *gnetTransport) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {

@@ -295,6 +295,7 @@ func (s *Server) Run(ctx context.Context) error {
 		select {
 		case <-s.gnet.started:
 		case err := <-errc:
+			s.gnet.closeWatch()
 			return fmt.Errorf("bootstrap listener %s (%s): %w", first, s.lns[0].cfg.Name, err)
 		}
 		own = 1
