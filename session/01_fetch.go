@@ -241,11 +241,11 @@ func fetchDecide(s *Session, r *request) error {
 // spliceFetchErrors rewrites a Fetch answer as usual and adds partitions offsetgate answers
 // itself with an error.
 func spliceFetchErrors(s *Session, version int16, body []byte, errs []refusal, committed bool) ([]byte, bool, error) {
-	resp, changed, err := restoreFetch(s, version, body, committed)
+	resp, _, err := restoreFetch(s, version, body, committed)
 	if err != nil {
 		return nil, false, err
 	}
-	if !changed {
+	if resp == nil { // nothing to restore: not read yet
 		resp = &kmsg.FetchResponse{Version: version}
 		if err := resp.UnsafeReadFrom(body); err != nil {
 			return nil, false, err
