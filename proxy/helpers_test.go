@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"sort"
@@ -266,4 +267,25 @@ func topicAtLeader(ctx context.Context, t *testing.T, d *testkafka.Cluster, p *r
 		t.Fatal(err)
 	}
 	return topic, dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
+}
+
+// randomTopic creates a one-partition topic on d holding n records of 4,000 random bytes, in
+// uncompressed batches of up to 1 MiB, for tests that need large Fetch answers.
+func randomTopic(ctx context.Context, t *testing.T, d *testkafka.Cluster, prefix string, n int) string {
+	t.Helper()
+	topic := testkafka.Names(t, prefix)
+	if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	cl := franzClient(t, d.Addrs(), kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	rs := make([]*kgo.Record, n)
+	for i := range rs {
+		v := make([]byte, 4000)
+		_, _ = rand.Read(v)
+		rs[i] = &kgo.Record{Topic: topic, Value: v}
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return topic
 }

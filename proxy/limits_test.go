@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -106,21 +105,8 @@ func TestHeldBytesBudget(t *testing.T) {
 	d := pair.Dest
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	topic := testkafka.Names(t, "held")
-	if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
-		t.Fatal(err)
-	}
 	// About 2 MiB of records: every Fetch below answers all of them.
-	cl := franzClient(t, d.Addrs(), kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
-	var rs []*kgo.Record
-	for i := 0; i < 512; i++ {
-		val := make([]byte, 4000)
-		_, _ = rand.Read(val)
-		rs = append(rs, &kgo.Record{Topic: topic, Value: val})
-	}
-	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	topic := randomTopic(ctx, t, d, "held", 512)
 	leader := leaderOf(ctx, t, d, topic)
 	const budget, requests, slack = 32 << 20, 256, 4 << 20
 	for _, k := range listenerKinds(t) {

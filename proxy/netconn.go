@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -481,26 +482,13 @@ func newOutQueue(lowWater int, notify func(), count func(int64)) *outQueue {
 	return q
 }
 
-func (q *outQueue) push(b []byte) {
-	cp := append([]byte(nil), b...)
-	q.mu.Lock()
-	q.bufs = append(q.bufs, cp)
-	q.n += len(cp)
-	q.mu.Unlock()
-	q.count(int64(len(cp)))
-	q.cond.Signal()
-}
+func (q *outQueue) push(b []byte) { q.add(bytes.Clone(b)) }
 
 // pushv is push of the slices' concatenation.
-func (q *outQueue) pushv(bs [][]byte) {
-	n := 0
-	for _, b := range bs {
-		n += len(b)
-	}
-	cp := make([]byte, 0, n)
-	for _, b := range bs {
-		cp = append(cp, b...)
-	}
+func (q *outQueue) pushv(bs [][]byte) { q.add(bytes.Join(bs, nil)) }
+
+// add queues a buffer the queue now owns.
+func (q *outQueue) add(cp []byte) {
 	q.mu.Lock()
 	q.bufs = append(q.bufs, cp)
 	q.n += len(cp)

@@ -3,14 +3,11 @@ package proxy_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"offsetgate/internal/testkafka"
 )
@@ -22,20 +19,7 @@ func TestSlowReaderAnswersExact(t *testing.T) {
 	d := pair.Dest
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	topic := testkafka.Names(t, "slowexact")
-	if err := d.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	cl := franzClient(t, d.Addrs(), kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
-	var rs []*kgo.Record
-	for i := 0; i < 1024; i++ {
-		v := make([]byte, 4000)
-		_, _ = rand.Read(v)
-		rs = append(rs, &kgo.Record{Topic: topic, Value: v})
-	}
-	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	topic := randomTopic(ctx, t, d, "slowexact", 1024)
 	leader, _, err := d.Leader(ctx, topic, 0)
 	if err != nil {
 		t.Fatal(err)

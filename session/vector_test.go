@@ -13,21 +13,25 @@ import (
 	"offsetgate/view"
 )
 
-// A restored Fetch answer written as slices is byte for byte the answer kmsg encodes whole, in
-// every encoding of the record batches' length (int32 before v12, compact from v12), for
-// partitions large and small, empty and absent, and more of them (300 large) than are taken by reference.
-func TestVectoredFetchAnswer(t *testing.T) {
-	// D holds 64 batches of about 1 KiB; partition p's answer holds the first sizes[p%len]
-	// of them: 0 (empty), 1 and 8 (inline, under refMin), 20 and 64 (by reference).
-	var all []byte
-	var ends []int
-	var entries []ledger.Entry
+// mirroredLog is what D holds of 64 source batches of 64 records mirrored through offsetgate
+// (each batch's end in it) and their ledger entries.
+func mirroredLog() (all []byte, ends []int, entries []ledger.Entry) {
 	for d := int64(0); d < 64*64; d += 64 {
 		src := srcBatch(d, 64, 3)
 		entries = append(entries, entry(src, d))
 		all = append(all, onD(src, d, 1)...)
 		ends = append(ends, len(all))
 	}
+	return all, ends, entries
+}
+
+// A restored Fetch answer written as slices is byte for byte the answer kmsg encodes whole, in
+// every encoding of the record batches' length (int32 before v12, compact from v12), for
+// partitions large and small, empty and absent, and more of them (300 large) than are taken by reference.
+func TestVectoredFetchAnswer(t *testing.T) {
+	// D holds 64 batches of about 1 KiB; partition p's answer holds the first sizes[p%len]
+	// of them: 0 (empty), 1 and 8 (inline, under refMin), 20 and 64 (by reference).
+	all, ends, entries := mirroredLog()
 	sizes := []int{0, 1, 8, 64, -1, 20}
 	for _, version := range []int16{4, 11, 12, 13, 16} {
 		for _, parts := range []int{7, 900} {
@@ -159,13 +163,7 @@ func (c knownCatalog) ByID(id catalog.TopicID) (catalog.Topic, bool) {
 // A Fetch naming an id the destination does not show gets its restored partitions as slices and
 // the unknown id's partitions answered UNKNOWN_TOPIC_ID by offsetgate, in one answer.
 func TestVectoredFetchWithRefusals(t *testing.T) {
-	var all []byte
-	var entries []ledger.Entry
-	for d := int64(0); d < 64*64; d += 64 {
-		src := srcBatch(d, 64, 3)
-		entries = append(entries, entry(src, d))
-		all = append(all, onD(src, d, 1)...)
-	}
+	all, _, entries := mirroredLog()
 	fc := &syncConn{posted: make(chan func(), 8)}
 	s := New(Config{Catalog: knownCatalog{mirrorCatalog{true}}, View: fixedView{view.NewPartition(entries)}}, fc)
 	req := kmsg.NewPtrFetchRequest()
