@@ -117,6 +117,15 @@ type Options struct {
 	// request's first batch.
 	HasFrom bool
 	From    int64
+	// Flying reports the pending entries whose data are on their way to D (a write of the
+	// partition before this one): new batches may be planned after them, as they will be
+	// confirmed or fail first. nil: none.
+	Flying func(src int64) bool
+	// Follows: the client sent the request behind an earlier one for the partition, before
+	// that one's answer (pipelined). It must continue exactly where the writes before it end:
+	// a from offset past that end means a request between them was refused or lost, and the
+	// offsets between are never taken for a hole.
+	Follows bool
 }
 
 // Plan decides, without any I/O, what a produce-at-offset request for one partition becomes:
@@ -164,6 +173,9 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 			return refuse(ErrInvalidRecord, "the request continues from offset %d, past its first batch at %d", o.From, hs[0].BaseOffset)
 		}
 		cursor = o.From
+		if o.Follows && next >= 0 && o.From > next {
+			return refuse(ErrOutOfOrder, "the request continues from offset %d, past the end %d of the writes sent before it: one between them was refused or lost; resend from the mirrored end %d", o.From, next, s.MirroredEnd())
+		}
 	}
 	segments := s.Segments
 	producer := func(seq int32) batch.Producer { return batch.Producer{ID: s.PID, Epoch: s.PEpoch, Sequence: seq} }
@@ -219,6 +231,9 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 				return refuse(ErrOutOfOrder, "batch at %d overlaps what is mirrored with different content; the mirror expects offset %d next", h.BaseOffset, s.MirroredEnd())
 			}
 			if pendingIdx < len(s.Pending) && s.Pending[pendingIdx].Src == e.Src {
+				if o.Flying != nil && o.Flying(e.Src) {
+					return refuse(ErrOutOfOrder, "batch at %d is being written by a request sent before this one; resend after its answer", e.Src)
+				}
 				pendingIdx++
 				data, err := destination(sets[i], h, *e, batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq}, o.Compacted)
 				if err != nil {
@@ -228,7 +243,7 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 			}
 			continue // a confirmed batch sent again: acknowledged, not written twice
 		}
-		if pendingIdx < len(s.Pending) {
+		if pendingIdx < len(s.Pending) && !s.allFlying(pendingIdx, o) {
 			return refuse(ErrOutOfOrder, "unconfirmed writes from offset %d must be retried first", s.Pending[pendingIdx].Src)
 		}
 		switch {
@@ -372,6 +387,29 @@ func (s *State) remember(e ledger.Entry) {
 	if len(s.Recent) > recentEntries {
 		s.Recent = append(s.Recent[:0], s.Recent[len(s.Recent)-recentEntries/2:]...)
 	}
+}
+
+// retries reports whether the plan sends unconfirmed writes again.
+func (p Plan) retries() bool {
+	for _, wr := range p.Writes {
+		if wr.Retry {
+			return true
+		}
+	}
+	return false
+}
+
+// allFlying reports whether the pending entries from i on are all on their way to D.
+func (s *State) allFlying(i int, o Options) bool {
+	if o.Flying == nil {
+		return false
+	}
+	for _, e := range s.Pending[i:] {
+		if !o.Flying(e.Src) {
+			return false
+		}
+	}
+	return true
 }
 
 // pending reports whether the entry at source offset src is unconfirmed.

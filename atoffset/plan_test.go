@@ -506,3 +506,51 @@ func TestPlanAlign(t *testing.T) {
 		t.Fatalf("a mirror with markers is direct (%v, %q)", ok, why)
 	}
 }
+
+// A partition's next write is planned while the data of the one before are on their way:
+// after flying pending entries, never after failed ones; a flying batch is not resent; a
+// pipelined request whose from offset passes the end of the writes before it is refused
+// (a request between them went missing), never filled as a hole.
+func TestPlanPipelined(t *testing.T) {
+	base := mirrored(t, fresh(0), src(0, 5, 1, 0)) // [0,5) confirmed
+	sets, hs := split(t, src(5, 5, 1, 0))
+	first := base.Plan(sets, hs, Options{MaxFill: 100})
+	if first.Refusal.Code != 0 {
+		t.Fatal(first.Refusal.Msg)
+	}
+	st := base
+	st.Apply(first) // [5,10) pending, its data on the way
+	flying := map[int64]bool{5: true}
+	fly := func(src int64) bool { return flying[src] }
+
+	plan := func(o Options, bs ...[]byte) Plan {
+		o.MaxFill = 100
+		sets, hs := split(t, bs...)
+		return st.Plan(sets, hs, o)
+	}
+	if p := plan(Options{}, src(10, 2, 1, 0)); p.Refusal.Code != ErrOutOfOrder {
+		t.Fatalf("a new batch after an unconfirmed one not flying: code %d, want %d", p.Refusal.Code, ErrOutOfOrder)
+	}
+	p := plan(Options{Flying: fly, Follows: true, HasFrom: true, From: 10}, src(10, 2, 1, 0))
+	if p.Refusal.Code != 0 || kinds(p.Entries) != "batch(10-11@10,seq10)" || len(p.Writes) != 1 {
+		t.Fatalf("the next batch after a flying one: %q %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	if p := plan(Options{Flying: fly}, src(5, 5, 1, 0)); p.Refusal.Code != ErrOutOfOrder {
+		t.Fatalf("a resend of a flying batch: code %d, want %d", p.Refusal.Code, ErrOutOfOrder)
+	}
+	if p := plan(Options{Flying: fly, Follows: true, HasFrom: true, From: 12}, src(12, 2, 1, 0)); p.Refusal.Code != ErrOutOfOrder {
+		t.Fatalf("a pipelined request from past the end of the writes before it: code %d (%s), want %d", p.Refusal.Code, kinds(p.Entries), ErrOutOfOrder)
+	}
+	// The same request not pipelined: a hole the client read (from 10), filled.
+	if p := plan(Options{Flying: fly, HasFrom: true, From: 10}, src(12, 2, 1, 0)); p.Refusal.Code != 0 || kinds(p.Entries) != "filler(10-11@10,seq10) batch(12-13@12,seq12)" {
+		t.Fatalf("a hole after a flying write: %q %s", p.Refusal.Msg, kinds(p.Entries))
+	}
+	// Once the flying write failed, its entries hold the partition until resent.
+	flying = map[int64]bool{}
+	if p := plan(Options{Flying: fly}, src(10, 2, 1, 0)); p.Refusal.Code != ErrOutOfOrder {
+		t.Fatalf("a new batch after a write that failed: code %d, want %d", p.Refusal.Code, ErrOutOfOrder)
+	}
+	if p := plan(Options{Flying: fly}, src(5, 5, 1, 0), src(10, 2, 1, 0)); p.Refusal.Code != 0 || len(p.Writes) != 2 || !p.Writes[0].Retry || !p.retries() {
+		t.Fatalf("the resend after the failure: %q, %d writes", p.Refusal.Msg, len(p.Writes))
+	}
+}

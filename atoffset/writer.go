@@ -235,6 +235,14 @@ type part struct {
 	// app appends to the partition's ledger as the holder of its latest claim: the
 	// destination refuses the appends of an instance whose claim was taken over since.
 	app *ledger.Fenced
+	// flying holds the source offsets of pending entries whose data are queued to D by a
+	// write not yet landed: the partition's next write may be planned after them. gen counts
+	// unloads, so a write that lands after one does not touch the state read again.
+	flying map[int64]bool
+	gen    uint64
+	// fails counts failed writes: a write that succeeds clears the resync only when no
+	// write failed since it was planned.
+	fails uint64
 }
 
 // unload forgets what this process holds of the partition: the next write reads the ledger
@@ -242,6 +250,10 @@ type part struct {
 func (p *part) unload() {
 	p.loaded, p.until, p.halted, p.app = false, time.Time{}, "", nil
 	p.leaderAddr = ""
+	// Writes in flight land on the state read again: they confirm what D answered them, and
+	// nothing of theirs counts as flying any more.
+	p.gen++
+	p.flying = nil
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -424,39 +436,80 @@ func (w *Writer) initProducer(ctx context.Context) (int64, int16, error) {
 //
 // from is the source offset the request continues from (the magic header's; -1: not given):
 // the client read the source from there, so on a compacted source the batches mirrored
-// between it and the request's first batch are gone.
-func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte, from int64) Result {
+// between it and the request's first batch are gone. follows: the client sent the request
+// behind an earlier one for the partition before that one's answer (Options.Follows).
+//
+// A partition's writes are planned one after the other, but the next may be planned while the
+// data of the one before are still on their way to D: queued, when not nil, is called once
+// this write holds its place (its ledger entries appended and its data queued behind the
+// earlier writes', or it was answered), and the caller may then start the partition's next
+// write. Every write gets its answer once D confirmed its own data.
+func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, records []byte, from int64, follows bool, queued func()) Result {
 	start := time.Now()
 	p := w.part(t, partition)
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	res := w.write(ctx, p, partition, records, from)
-	p.st.Resync = res.Code != 0
+	fails := p.fails
+	res, f := w.begin(ctx, p, partition, records, from, follows)
+	if f != nil {
+		p.mu.Unlock()
+		if queued != nil {
+			queued()
+			queued = nil
+		}
+		done := f.wait()
+		p.mu.Lock()
+		res = w.land(ctx, p, partition, f, done)
+	}
+	switch {
+	case res.Code != 0:
+		p.st.Resync = true
+		p.fails++
+	case fails == p.fails:
+		// A failure of an earlier write found after this one was planned keeps the resync
+		// (its pending entries, not flying any more, hold the partition too).
+		p.st.Resync = false
+	}
 	w.m.observe(p.topic, partition, res, len(records), time.Since(start), p.halted != "")
+	p.mu.Unlock()
+	if queued != nil {
+		queued()
+	}
 	return res
 }
 
-// write loads the partition, plans the request (Plan: no I/O), stores the plan in the ledger,
-// then writes the data and checks every offset D answers.
-func (w *Writer) write(ctx context.Context, p *part, partition int32, records []byte, from int64) Result {
+// flight is a write whose ledger entries are appended and whose data are queued to D.
+type flight struct {
+	plan Plan
+	gen  uint64 // the partition's load generation when planned
+	wait func() []sink.Result
+	srcs []int64 // the pending entries it carries (flying until it lands)
+}
+
+// begin loads the partition, plans the request (Plan: no I/O), stores the plan in the ledger
+// and queues the data. It returns the answer when the write ends there (refused, or nothing
+// to write), else the write in flight.
+func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []byte, from int64, follows bool) (Result, *flight) {
 	if err := w.stillOwned(ctx, p, partition); err != nil {
-		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the partition's ledger: " + err.Error()}
+		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the partition's ledger: " + err.Error()}, nil
 	}
 	if err := w.load(ctx, p, partition); err != nil {
 		var oe *ownedError
 		if errors.As(err, &oe) {
-			return Result{Code: ErrOwned, Msg: "offsetgate: partition " + oe.Error() + "; one instance writes a mirror partition"}
+			return Result{Code: ErrOwned, Msg: "offsetgate: partition " + oe.Error() + "; one instance writes a mirror partition"}, nil
 		}
-		return Result{Code: ErrRetriable, Msg: "offsetgate: loading the partition's ledger: " + err.Error()}
+		return Result{Code: ErrRetriable, Msg: "offsetgate: loading the partition's ledger: " + err.Error()}, nil
 	}
 	if p.halted != "" {
-		return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + p.halted + " (docs/operations.md)"}
+		return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + p.halted + " (docs/operations.md)"}, nil
 	}
 	sets, hs, err := batch.Split(records)
 	if err != nil {
-		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}
+		return Result{Code: ErrInvalidRecord, Msg: "offsetgate: " + err.Error()}, nil
 	}
-	o := Options{MaxFill: w.cfg.MaxFill, Align: w.cfg.Align, Compacted: p.compacted, HasFrom: from >= 0, From: from}
+	o := Options{MaxFill: w.cfg.MaxFill, Align: w.cfg.Align, Compacted: p.compacted, HasFrom: from >= 0, From: from, Follows: follows}
+	if len(p.flying) > 0 {
+		o.Flying = func(src int64) bool { return p.flying[src] }
+	}
 	// The planner does no I/O and cannot fail on a lookup: the first lookup error is kept and
 	// refuses the plan, which is never carried out on a history that could not be read.
 	var lookErr error
@@ -479,10 +532,13 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		}
 	}
 	plan := p.st.Plan(sets, hs, o)
-	if plan.Refusal.Code == ErrOutOfOrder && len(p.st.Pending) > 0 {
+	if (plan.Refusal.Code == ErrOutOfOrder || plan.retries()) && len(p.st.Pending) > 0 && len(p.flying) == 0 {
 		// A write whose answer was lost (its client went away mid-request) may have reached D
 		// all the same, and a client that resumes from the end D shows starts after it: what
-		// D holds is confirmed, as at takeover, and the request planned again.
+		// D holds is confirmed, as at takeover, and the request planned again. So is a resend
+		// of unconfirmed writes: a write that timed out may have landed with writes of the
+		// partition queued behind it, and D recognises a resend only among a producer's five
+		// newest batches.
 		if hwm, err := w.highWatermark(ctx, p.topic, partition); err == nil && p.st.ConfirmHeld(hwm) {
 			w.log.Info("unconfirmed writes found on the destination", zap.String("topic", p.topic), zap.Int32("partition", partition),
 				zap.Int64("high_watermark", hwm), zap.Int("still_pending", len(p.st.Pending)))
@@ -490,10 +546,10 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 		}
 	}
 	if lookErr != nil {
-		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + lookErr.Error()}
+		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + lookErr.Error()}, nil
 	}
 	if plan.Refusal.Code != 0 {
-		return plan.Refusal
+		return plan.Refusal, nil
 	}
 	entries := plan.Entries
 	// Ownership: claim or renew before writing.
@@ -518,11 +574,11 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 			p.unload()
 			if errors.Is(err, ledger.ErrFenced) {
 				w.log.Warn("mirror partition taken over by another instance", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
-				return Result{Code: ErrRetriable, Msg: "offsetgate: another offsetgate instance took the partition over; nothing was written: " + err.Error()}
+				return Result{Code: ErrRetriable, Msg: "offsetgate: another offsetgate instance took the partition over; nothing was written: " + err.Error()}, nil
 			}
 			w.log.Warn("ledger append failed: the partition is read again before its next write", zap.String("topic", p.topic),
 				zap.Int32("partition", partition), zap.Error(err))
-			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}
+			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}, nil
 		}
 		if base != p.ledgerNext {
 			// Entries this process did not write precede ours: only a holder of a newer claim
@@ -531,7 +587,7 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 			w.log.Error("ledger entries of another writer found before this process's append: reloading",
 				zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int64("expected_at", p.ledgerNext), zap.Int64("appended_at", base))
 			p.unload()
-			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}, nil
 		}
 		p.ledgerNext = next
 		p.st.Apply(plan)
@@ -543,18 +599,52 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 			w.cfg.OnEntries(p.tid, partition, base, entries)
 		}
 	}
+	if len(plan.Writes) == 0 {
+		return w.settled(ctx, p, partition, plan), nil
+	}
+	// Data, in order, one batch per Produce request (what a stock broker takes), queued behind
+	// the partition's earlier writes in the sink of its leader.
+	f := &flight{plan: plan, gen: p.gen}
+	if p.flying == nil {
+		p.flying = map[int64]bool{}
+	}
+	for _, wr := range plan.Writes {
+		f.srcs = append(f.srcs, wr.Entry.Src)
+		p.flying[wr.Entry.Src] = true
+	}
+	f.wait = w.enqueue(ctx, p, partition, plan.Writes)
+	return Result{}, f
+}
 
-	// Data, in order, one batch per Produce request (what a stock broker takes): pipelined
-	// when possible; whatever the pipeline did not confirm is sent again one by one with the
-	// same bytes, which D recognises.
-	todo := plan.Writes
-	done := w.pipeline(ctx, p, partition, todo)
+// land checks what D answered for a write's data (done: the sink's outcomes, in order) and
+// sends whatever the sink did not confirm again one by one with the same bytes, which D
+// recognises, when no later write of the partition is queued behind it.
+func (w *Writer) land(ctx context.Context, p *part, partition int32, f *flight, done []sink.Result) Result {
+	if f.gen == p.gen {
+		for _, src := range f.srcs {
+			delete(p.flying, src)
+		}
+	}
+	todo := f.plan.Writes
 	for i, wr := range todo {
 		if i < len(done) {
-			if res, halted := w.check(p, partition, wr, done[i]); halted {
-				return res
+			r := done[i]
+			if r.Err == nil && r.Answer.ErrorCode == 0 {
+				if res, halted := w.check(p, partition, wr, r.Answer.BaseOffset); halted {
+					return res
+				}
+				continue
 			}
-			continue
+			if r.Err == nil && r.Answer.ErrorCode == 6 {
+				p.leader, p.leaderAddr = -1, "" // NOT_LEADER_OR_FOLLOWER: find the leader again
+			}
+			done = done[:i] // the rest were not sent or are out of sequence behind it
+		}
+		if f.gen != p.gen || len(p.flying) > 0 || len(p.st.Pending) == 0 || p.st.Pending[0].Src != wr.Entry.Src {
+			// A later write of the partition is on its way behind this one (or the partition
+			// was read again meanwhile): sending from here would race it. The client resends
+			// from the mirrored end, with the same bytes.
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: writing offset %d to the destination did not complete; retry from offset %d", wr.Entry.Src, p.st.MirroredEnd())}
 		}
 		base, err := w.produce(ctx, p, partition, wr.Data)
 		if err != nil {
@@ -564,6 +654,12 @@ func (w *Writer) write(ctx context.Context, p *part, partition int32, records []
 			return res
 		}
 	}
+	return w.settled(ctx, p, partition, f.plan)
+}
+
+// settled ends a write whose data D confirmed: alignment fillers deleted and a snapshot taken
+// when due (both only with nothing pending).
+func (w *Writer) settled(ctx context.Context, p *part, partition int32, plan Plan) Result {
 	w.deleteAligned(ctx, p, partition)
 	w.maybeSnapshot(ctx, p, partition)
 	return Result{BaseOffset: plan.Base}
@@ -709,18 +805,19 @@ func (w *Writer) check(p *part, partition int32, wr Write, base int64) (Result, 
 	return Result{}, false
 }
 
-// pipeline writes batches through the sink of the partition's leader (up to five in flight,
-// sharing requests with the other partitions written at the same time) and returns the base
-// offsets of those D answered without error, in order. It stops at the first problem (the
-// caller then goes on one by one from there).
-func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []Write) []int64 {
-	if w.cfg.Dial == nil || len(todo) == 0 {
-		return nil
+// enqueue queues a write's batches in the sink of the partition's leader (up to five requests
+// in flight, sharing requests with the other partitions written at the same time, behind the
+// partition's earlier writes) and returns the wait for their outcomes. Without a sink (no
+// leader found, no dialer) the wait returns nothing and the data go one by one.
+func (w *Writer) enqueue(ctx context.Context, p *part, partition int32, todo []Write) func() []sink.Result {
+	none := func() []sink.Result { return nil }
+	if w.cfg.Dial == nil {
+		return none
 	}
 	if p.leaderAddr == "" {
 		lp, err := rawread.LookupLeader(ctx, w.cl, p.topic, partition)
 		if err != nil {
-			return nil
+			return none
 		}
 		p.leader, p.leaderAddr = lp.Leader, lp.Addr
 	}
@@ -728,19 +825,12 @@ func (w *Writer) pipeline(ctx context.Context, p *part, partition int32, todo []
 	for i, wr := range todo {
 		data[i] = wr.Data
 	}
-	rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
-	defer cancel()
-	out := make([]int64, 0, len(todo))
-	for _, r := range w.sink(p.leaderAddr, dataLane(p, partition)).Send(rctx, p.topic, p.tid, partition, data) {
-		if r.Err != nil || r.Answer.ErrorCode != 0 {
-			if r.Err == nil && r.Answer.ErrorCode == 6 {
-				p.leader, p.leaderAddr = -1, "" // NOT_LEADER_OR_FOLLOWER: find the leader again
-			}
-			break
-		}
-		out = append(out, r.Answer.BaseOffset)
+	q := w.sink(p.leaderAddr, dataLane(p, partition)).Enqueue(p.topic, p.tid, partition, data)
+	return func() []sink.Result {
+		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
+		defer cancel()
+		return q.Wait(rctx)
 	}
-	return out
 }
 
 func (w *Writer) produceRequest(p *part, partition int32, data []byte, version int16) *kmsg.ProduceRequest {

@@ -268,7 +268,7 @@ func takeover(ctx context.Context, cl *kgo.Client, l *ledger.Ledger, topic catal
 	reg := prometheus.NewRegistry()
 	w := atoffset.New(atoffset.Config{Instance: "bench"}, cl, l, zap.NewNop(), atoffset.NewMetrics(reg))
 	start := time.Now()
-	res := w.Write(ctx, topic, 0, sourceBatch(src), -1)
+	res := w.Write(ctx, topic, 0, sourceBatch(src), -1, false, nil)
 	elapsed := time.Since(start)
 	close(stop)
 	wg.Wait()

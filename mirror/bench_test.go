@@ -45,7 +45,10 @@ type writeBench struct {
 // them through offsetgate as produce-at-offset requests into a mirror topic and (b) producing
 // the same records with franz-go (acks=all, no compression) through offsetgate into an
 // ordinary topic. Only the writes are timed.
-func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, totalBytes int64, partitions, recordBytes int) writeBench {
+//
+// depth is how many produce-at-offset requests of a partition are in flight on its connection
+// (1: each waits for the answer to the one before; more: pipelined, with from offsets).
+func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, totalBytes int64, partitions, recordBytes, depth int) writeBench {
 	s := e.pair.Source
 	src := prefix + "-src"
 	if err := s.CreateTopic(ctx, src, int32(partitions), 1, nil); err != nil {
@@ -78,6 +81,7 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 	// Raw batches of every partition, in memory.
 	ends := count(ctx, t, s, src)
 	sets := make([][][]byte, partitions)
+	froms := make([][]int64, partitions)   // each request's from offset (the fetch's)
 	single := make([][][]byte, partitions) // the same bytes, batch by batch
 	var raw int64
 	scl, err := kgo.NewClient(kgo.SeedBrokers(s.Addrs()...))
@@ -101,6 +105,7 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 				single[p] = append(single[p], b)
 			}
 			sets[p] = append(sets[p], req)
+			froms[p] = append(froms[p], off)
 			raw += int64(len(req))
 			last, _ := batch.ReadHeader(bs[len(bs)-1])
 			off = last.LastOffset() + 1
@@ -129,16 +134,21 @@ func runWriteBench(ctx context.Context, t testing.TB, e *env, prefix string, tot
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for _, req := range sets[p] {
-					r, err := atOffset(ctx, conns[p], mtopic, int32(p), req)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if r.ErrorCode != 0 {
-						t.Errorf("at-offset write: %d %s", r.ErrorCode, msg(r))
-						return
-					}
+				reqs := sets[p]
+				n, err := conns[p].WindowAtOffset(ctx, len(reqs), depth,
+					func(i int) kmsg.Request { return atOffsetRequest(mtopic, int32(p), reqs[i]) },
+					func(i int) int64 { return froms[p][i] },
+					func(int) kmsg.Response { return kmsg.NewPtrProduceResponse() },
+					func(i int, r kmsg.Response) bool {
+						pr := r.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+						if pr.ErrorCode != 0 {
+							t.Errorf("at-offset write: %d %s", pr.ErrorCode, msg(pr))
+							return false
+						}
+						return true
+					})
+				if err != nil || n != len(reqs) {
+					t.Errorf("partition %d: %d of %d requests written: %v", p, n, len(reqs), err)
 				}
 			}()
 		}
@@ -205,7 +215,7 @@ func TestWriteBenchSmall(t *testing.T) {
 	e := newEnv(t, prefix, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w := runWriteBench(ctx, t, e, prefix, 4<<20, 2, 1024)
+	w := runWriteBench(ctx, t, e, prefix, 4<<20, 2, 1024, 3) // pipelined, so CI writes that way too
 	if w.Bytes < 4<<20 || w.MirrorMBps <= 0 || w.PlainMBps <= 0 || w.StockMBps <= 0 {
 		t.Fatalf("write bench: %+v", w)
 	}
@@ -225,6 +235,9 @@ func TestWriteBenchSmall(t *testing.T) {
 		w.MirrorMBps, w.PlainMBps, w.Ratio, w.StockMBps, w.LimitRatio)
 }
 
+// benchDepth is the write benchmark's default number of a partition's requests in flight.
+const benchDepth = 1
+
 // BenchmarkMirrorWrite reports produce-at-offset throughput as a ratio to plain produce of the
 // same bytes through offsetgate, both measured in the same run:
 //
@@ -234,13 +247,18 @@ func BenchmarkMirrorWrite(b *testing.B) {
 	if v, err := strconv.ParseInt(os.Getenv("OG_BENCH_BYTES"), 10, 64); err == nil {
 		size = v
 	}
+	// Requests of a partition in flight at once (OG_BENCH_DEPTH; 1: each waits for its answer).
+	depth := benchDepth
+	if v, err := strconv.Atoi(os.Getenv("OG_BENCH_DEPTH")); err == nil && v > 0 {
+		depth = v
+	}
 	// A warm-up case first, unmeasured: brokers that have just started made the first case
 	// measured (produce-at-offset runs first in each) twice as slow as it is.
 	{
 		prefix := testkafka.Names(b, "warm")
 		e := newEnvB(b, prefix)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		runWriteBench(ctx, b, e, prefix, 8<<20, 4, 1024)
+		runWriteBench(ctx, b, e, prefix, 8<<20, 4, 1024, depth)
 		cancel()
 	}
 	for _, c := range []struct{ parts, rec int }{{1, 1024}, {4, 1024}, {4, 64 << 10}, {16, 1024}} {
@@ -249,7 +267,7 @@ func BenchmarkMirrorWrite(b *testing.B) {
 				prefix := testkafka.Names(b, "bench") + strconv.Itoa(i)
 				e := newEnvB(b, prefix)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-				w := runWriteBench(ctx, b, e, prefix, size, c.parts, c.rec)
+				w := runWriteBench(ctx, b, e, prefix, size, c.parts, c.rec, depth)
 				cancel()
 				b.ReportMetric(w.MirrorMBps, "mirror-MB/s")
 				b.ReportMetric(w.PlainMBps, "plain-MB/s")

@@ -15,6 +15,7 @@ import (
 
 	"offsetgate/batch"
 	"offsetgate/rawread"
+	"offsetgate/wire"
 )
 
 // The engine mirrors a set of partitions that can grow while it runs (--topic-regex). Every
@@ -78,10 +79,11 @@ type part struct {
 	finished   bool
 	sum        PartitionSummary
 	st         *partStats
-	halt       error     // stops the partition once everything before target is written
-	writingEnd int64     // the source offset after the chunk being written
-	failures   int       // fetch failures in a row
-	retryAt    time.Time // not fetched before this (backing off after a failure)
+	halt       error         // stops the partition once everything before target is written
+	writingEnd int64         // the source offset after the chunk being written
+	more       chan struct{} // while a writer streams the partition: kicked when a chunk is fetched
+	failures   int           // fetch failures in a row
+	retryAt    time.Time     // not fetched before this (backing off after a failure)
 }
 
 type chunk struct {
@@ -868,6 +870,8 @@ func (e *engine) takeLocked(p *part, records []byte) {
 	if !p.writing {
 		e.ready = append(e.ready, p)
 		e.kick(e.readyWake)
+	} else if p.more != nil {
+		e.kick(p.more)
 	}
 }
 
@@ -898,53 +902,245 @@ func (e *engine) writer(ctx context.Context) {
 		if p == nil {
 			return
 		}
-		waited := false
-		err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from, func(why string) {
-			waited = true
-			p.st.state.Store(why)
-		})
-		if s, _ := p.st.state.Load().(string); waited && err == nil && strings.HasPrefix(s, leaseWait) {
-			p.st.state.Store("mirroring")
+		if e.cfg.Depth > 1 {
+			e.stream(ctx, p, c)
+			continue
 		}
+		err := e.writeChunk(ctx, p, c)
 		e.mu.Lock()
-		p.writing = false
-		e.wrote.Broadcast()
-		if e.buffered >= e.budget && e.buffered-int64(len(c.data)) < e.budget {
-			for _, f := range e.fetchers {
-				e.kick(f.wake) // under budget again: every fetch loop may read
-			}
-		}
-		e.buffered -= int64(len(c.data))
-		switch {
-		case p.finished:
-		case err != nil && ctx.Err() != nil:
-			// Stopped on purpose: the next run resumes from the mirrored end.
-		case err != nil:
-			e.stopLocked(p, fmt.Errorf("at offset %d: %w", c.hs[0].BaseOffset, err))
-		default:
-			for _, h := range c.hs {
-				p.sum.Batches++
-				p.sum.Records += int64(h.RecordCount)
-			}
-			p.sum.Bytes += int64(len(c.data))
-			// Only forward: a compacted partition sent again from its log start moves through
-			// offsets it already mirrored.
-			p.sum.To = max(p.sum.To, c.hs[len(c.hs)-1].LastOffset()+1)
-			p.st.offset.Store(p.sum.To)
-			p.st.records.Store(p.sum.Records)
-			p.st.bytes.Store(p.sum.Bytes)
-			if p.target >= 0 && p.sum.To >= p.target && p.halt != nil {
-				e.stopLocked(p, p.halt)
-			} else if p.target >= 0 && p.sum.To >= p.target {
-				e.finishLocked(p)
-			} else if p.chunk != nil {
-				e.ready = append(e.ready, p)
-				e.kick(e.readyWake)
-			}
-		}
-		e.wakeFetcherLocked(p)
+		e.landedLocked(p, c, err)
+		e.endLocked(ctx, p, err)
 		e.mu.Unlock()
 	}
+}
+
+// writeChunk sends one chunk through offsetgate and waits for its answer (retrying what is
+// retriable with the same batches).
+func (e *engine) writeChunk(ctx context.Context, p *part, c *chunk) error {
+	waited := false
+	err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from, func(why string) {
+		waited = true
+		p.st.state.Store(why)
+	})
+	if s, _ := p.st.state.Load().(string); waited && err == nil && strings.HasPrefix(s, leaseWait) {
+		p.st.state.Store("mirroring")
+	}
+	if err != nil {
+		return fmt.Errorf("at offset %d: %w", c.hs[0].BaseOffset, err)
+	}
+	return nil
+}
+
+// landedLocked accounts for one chunk whose write ended (err: it failed).
+func (e *engine) landedLocked(p *part, c *chunk, err error) {
+	if e.buffered >= e.budget && e.buffered-int64(len(c.data)) < e.budget {
+		for _, f := range e.fetchers {
+			e.kick(f.wake) // under budget again: every fetch loop may read
+		}
+	}
+	e.buffered -= int64(len(c.data))
+	if err != nil || p.finished {
+		return
+	}
+	for _, h := range c.hs {
+		p.sum.Batches++
+		p.sum.Records += int64(h.RecordCount)
+	}
+	p.sum.Bytes += int64(len(c.data))
+	// Only forward: a compacted partition sent again from its log start moves through
+	// offsets it already mirrored.
+	p.sum.To = max(p.sum.To, c.hs[len(c.hs)-1].LastOffset()+1)
+	p.st.offset.Store(p.sum.To)
+	p.st.records.Store(p.sum.Records)
+	p.st.bytes.Store(p.sum.Bytes)
+}
+
+// endLocked ends a writer's turn with a partition (err: its last write failed).
+func (e *engine) endLocked(ctx context.Context, p *part, err error) {
+	p.writing = false
+	e.wrote.Broadcast()
+	switch {
+	case p.finished:
+	case err != nil && ctx.Err() != nil:
+		// Stopped on purpose: the next run resumes from the mirrored end.
+	case err != nil:
+		e.stopLocked(p, err)
+	case p.target >= 0 && p.sum.To >= p.target && p.halt != nil:
+		e.stopLocked(p, p.halt)
+	case p.target >= 0 && p.sum.To >= p.target:
+		e.finishLocked(p)
+	case p.chunk != nil:
+		e.ready = append(e.ready, p)
+		e.kick(e.readyWake)
+	}
+	e.wakeFetcherLocked(p)
+}
+
+// stream writes a partition's chunks with up to Depth produce-at-offset requests in flight on
+// one connection (each with its from offset, so offsetgate can tell a request missing between
+// two): offsetgate appends a request's ledger entries while the data of the one before are on
+// their way. It takes the partition's next chunk as soon as one is fetched, as long as no other
+// partition waits for a writer (a writer is shared fairly, as one chunk at a time shares it).
+// After a failed answer the chunks from that one on are sent again one by one, with retries,
+// as the writer without pipelining sends them: offsetgate acknowledges what it already has.
+func (e *engine) stream(ctx context.Context, p *part, first *chunk) {
+	var sent []*chunk // in flight, oldest first
+	var tail []*chunk // taken but never sent
+	conn, addr, err := e.pipeConn(ctx, p)
+	type request struct {
+		req  kmsg.Request
+		corr int32
+	}
+	type answer struct {
+		resp *kmsg.ProduceResponse
+		err  error
+	}
+	// At most Depth requests are in flight, so neither channel ever blocks.
+	toRead := make(chan request, e.cfg.Depth)
+	answers := make(chan answer, e.cfg.Depth)
+	readerDone := make(chan struct{})
+	if err == nil {
+		// Answers come in request order; after a failed read every answer fails.
+		go func() {
+			defer close(readerDone)
+			var err error
+			for r := range toRead {
+				resp := kmsg.NewPtrProduceResponse()
+				if err == nil {
+					_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+					err = conn.Receive(r.req, resp, r.corr)
+				}
+				answers <- answer{resp: resp, err: err}
+			}
+		}()
+	} else {
+		close(readerDone)
+	}
+	send := func(c *chunk) bool {
+		if conn == nil {
+			return false
+		}
+		req := atOffsetRequest(p.topic, p.num, c.data)
+		corr, err := conn.SendAtOffset(req, c.from)
+		if err != nil {
+			return false
+		}
+		sent = append(sent, c)
+		toRead <- request{req: req, corr: corr}
+		return true
+	}
+	more := make(chan struct{}, 1)
+	e.mu.Lock()
+	p.more = more
+	e.mu.Unlock()
+	broken := !send(first)
+	if broken {
+		tail = append(tail, first)
+	}
+	taken := 1
+	for len(sent) > 0 && !broken {
+		if len(sent) < e.cfg.Depth && taken < streamChunks {
+			e.mu.Lock()
+			c := e.takeMoreLocked(p)
+			e.mu.Unlock()
+			if c != nil {
+				taken++
+				if !send(c) {
+					tail, broken = append(tail, c), true
+				}
+				continue
+			}
+		}
+		select {
+		case a := <-answers:
+			if a.err != nil || answerErr(a.resp) != nil {
+				broken = true
+				continue
+			}
+			c := sent[0]
+			sent = sent[1:]
+			e.mu.Lock()
+			e.landedLocked(p, c, nil)
+			e.mu.Unlock()
+		case <-more:
+		case <-ctx.Done():
+			broken = true
+		}
+	}
+	close(toRead)
+	if conn != nil {
+		if broken {
+			e.conns.discard(conn) // answers still on their way are not waited for
+		}
+		<-readerDone
+		if !broken {
+			e.conns.put(addr, conn)
+		}
+	}
+	// From the first chunk not confirmed on, one by one, with retries: what offsetgate refused
+	// behind a failure is written now, what landed all the same is acknowledged.
+	var werr error
+	for _, c := range append(sent, tail...) {
+		if werr == nil {
+			werr = e.writeChunk(ctx, p, c)
+		}
+		e.mu.Lock()
+		e.landedLocked(p, c, werr)
+		e.mu.Unlock()
+	}
+	e.mu.Lock()
+	p.more = nil
+	e.endLocked(ctx, p, werr)
+	e.mu.Unlock()
+}
+
+// streamChunks bounds the chunks of one stream: then it drains, and offsetgate, with none of
+// the partition's writes unconfirmed for a moment, may store a snapshot of it (it stores none
+// while writes are on their way).
+const streamChunks = 64
+
+// answerErr is the error of a produce-at-offset answer for one partition, nil when written.
+func answerErr(resp *kmsg.ProduceResponse) error {
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return errors.New("malformed produce response")
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+		return kerr.ErrorForCode(code)
+	}
+	return nil
+}
+
+// pipeConn is a connection of its own to the offsetgate broker leading p.
+func (e *engine) pipeConn(ctx context.Context, p *part) (*wire.Conn, string, error) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	addr, err := e.conns.leader(lctx, e.px, p.topic, p.num, false)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := e.conns.get(lctx, addr)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, addr, nil
+}
+
+// takeMoreLocked hands a streaming writer its partition's next chunk, unless the partition is
+// done or stopping, or another partition waits for a writer.
+func (e *engine) takeMoreLocked(p *part) *chunk {
+	if p.finished || p.halt != nil || p.chunk == nil {
+		return nil
+	}
+	for _, q := range e.ready {
+		if q != p && !q.finished && !q.writing && q.chunk != nil {
+			return nil
+		}
+	}
+	c := p.chunk
+	p.chunk = nil
+	p.writingEnd = c.hs[len(c.hs)-1].LastOffset() + 1
+	e.wakeFetcherLocked(p) // it may fetch ahead while this chunk is written
+	return c
 }
 
 // nextChunk hands a writer the oldest waiting chunk, or nil when ctx ended.

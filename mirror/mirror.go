@@ -47,6 +47,10 @@ type Config struct {
 	// whatever its value: a partition waits for a free writer only while it has records to
 	// write.
 	Parallel int
+	// Depth is how many produce-at-offset requests of one partition a writer keeps in flight
+	// (pipelined on its connection, while no other partition waits for a writer); 1: each
+	// waits for the answer to the one before. 2 when zero.
+	Depth int
 	// Progress, when set, gets one line per partition as it finishes.
 	Progress io.Writer
 	// Dial, when set, opens the connections to offsetgate (a seam for fault-injection tests).
@@ -133,6 +137,9 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 4
+	}
+	if cfg.Depth <= 0 {
+		cfg.Depth = 2
 	}
 	if cfg.ReplicationFactor == 0 {
 		cfg.ReplicationFactor = -1
@@ -730,15 +737,7 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 			last = err
 			continue
 		}
-		req := kmsg.NewPtrProduceRequest()
-		req.SetVersion(11) // flexible (header tags), topics by name
-		req.Acks, req.TimeoutMillis = -1, 30000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition, rp.Records = part, records
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
+		req := atOffsetRequest(topic, part, records)
 		resp := kmsg.NewPtrProduceResponse()
 		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		if from >= 0 {
@@ -794,6 +793,20 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 		last = err
 	}
 	return last
+}
+
+// atOffsetRequest is the produce-at-offset request of one partition's batches.
+func atOffsetRequest(topic string, part int32, records []byte) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(11) // flexible (header tags), topics by name
+	req.Acks, req.TimeoutMillis = -1, 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = part, records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
 }
 
 // ownedWait is how long a write waits for another offsetgate instance's lease on its

@@ -395,8 +395,8 @@ func (s *Server) sessionView() session.View {
 
 type mirrorAdapter struct{ w *atoffset.Writer }
 
-func (a mirrorAdapter) Write(ctx context.Context, t catalog.Topic, p int32, records []byte, from int64) (int16, string, int64) {
-	r := a.w.Write(ctx, t, p, records, from)
+func (a mirrorAdapter) Write(ctx context.Context, t catalog.Topic, p int32, records []byte, from int64, follows bool, queued func()) (int16, string, int64) {
+	r := a.w.Write(ctx, t, p, records, from, follows, queued)
 	return r.Code, r.Msg, r.BaseOffset
 }
 

@@ -333,11 +333,23 @@ func promotedOffsets(s *Session, resp *kmsg.ProduceResponse) {
 
 // mirrorWrites runs the produce-at-offset writes off the session's goroutine (partitions in
 // parallel), then answers them with the refusals and forwards whatever else the request held.
+// A partition already being written by an earlier request of the connection (pipelined,
+// overlap.go) is written after that one holds its place in the writer, in request order.
 func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []refusal, writes []atOffsetPart, from int64) {
 	// The request was decoded without copying; keep what the asynchronous step needs.
 	req = cloneProduce(req)
 	m := s.cfg.Mirror
 	r.writes = writeKeys(writes)
+	prev := make([]chan struct{}, len(writes))
+	mine := make([]chan struct{}, len(writes))
+	if s.turns == nil {
+		s.turns = make(map[writeKey]chan struct{})
+	}
+	for i, k := range r.writes {
+		prev[i] = s.turns[k]
+		mine[i] = make(chan struct{})
+		s.turns[k] = mine[i]
+	}
 	r.async = func(ctx context.Context) func(*Session, *request) error {
 		results := make([]refusal, len(writes))
 		var wg sync.WaitGroup
@@ -345,7 +357,17 @@ func mirrorWrites(s *Session, r *request, req kmsg.ProduceRequest, refused []ref
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				code, msg, base := m.Write(ctx, w.info, w.partition, w.records, from)
+				var once sync.Once
+				queued := func() { once.Do(func() { close(mine[i]) }) }
+				defer queued()
+				follows := prev[i] != nil
+				if follows {
+					// Never skipped, even when ctx ended: a write that overtook the one before
+					// it could take that one's batches for a hole. Past its time, the write
+					// fails at once (and the partition then expects a resend).
+					<-prev[i]
+				}
+				code, msg, base := m.Write(ctx, w.info, w.partition, w.records, from, follows, queued)
 				results[i] = refusal{topic: w.topic, topicID: w.topicID, partition: w.partition, code: code, msg: msg, base: base}
 			}()
 		}

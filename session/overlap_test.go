@@ -19,9 +19,14 @@ type gateMirror struct {
 	started chan int32
 	release map[int32]chan struct{}
 
+	// queueAtOnce: a write holds its place as soon as it starts (as the writer's does once its
+	// ledger entries are appended), so the partition's next write may start meanwhile.
+	queueAtOnce bool
+
 	mu       sync.Mutex
 	running  map[int32]int
 	samePart bool
+	follows  []bool // of every write started, in order
 }
 
 func newGateMirror(parts ...int32) *gateMirror {
@@ -32,13 +37,17 @@ func newGateMirror(parts ...int32) *gateMirror {
 	return m
 }
 
-func (m *gateMirror) Write(ctx context.Context, _ catalog.Topic, p int32, _ []byte, _ int64) (int16, string, int64) {
+func (m *gateMirror) Write(ctx context.Context, _ catalog.Topic, p int32, _ []byte, _ int64, follows bool, queued func()) (int16, string, int64) {
 	m.mu.Lock()
 	m.running[p]++
 	if m.running[p] > 1 {
 		m.samePart = true
 	}
+	m.follows = append(m.follows, follows)
 	m.mu.Unlock()
+	if m.queueAtOnce {
+		queued()
+	}
 	m.started <- p
 	select {
 	case <-m.release[p]:
@@ -52,6 +61,11 @@ func (m *gateMirror) Write(ctx context.Context, _ catalog.Topic, p int32, _ []by
 
 // atOffsetFrame is a produce-at-offset request (magic header) for one partition of topic.
 func atOffsetFrame(topic string, p int32, corr int32) []byte {
+	return atOffsetFrameFrom(topic, p, corr, -1)
+}
+
+// atOffsetFrameFrom is one with a from offset (-1: none).
+func atOffsetFrameFrom(topic string, p int32, corr int32, from int64) []byte {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(11)
 	req.Acks, req.TimeoutMillis = -1, 30000
@@ -61,7 +75,7 @@ func atOffsetFrame(topic string, p int32, corr int32) []byte {
 	rp.Partition, rp.Records = p, []byte{1, 2, 3}
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	frame := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, 11, corr, "mirror", -1)
+	frame := magic.AppendHeader([]byte{0, 0, 0, 0}, 0, 11, corr, "mirror", from)
 	frame = req.AppendTo(frame)
 	putLen(frame)
 	return frame
@@ -236,6 +250,54 @@ func TestAtOffsetSamePartitionWaits(t *testing.T) {
 	}
 }
 
+// A partition's produce-at-offset requests with from offsets are pipelined: the second is
+// taken while the first is written and handed to the writer, marked as following, once the
+// first holds its place; one without a from offset still waits. Answers leave in order.
+func TestAtOffsetPipelinedSamePartition(t *testing.T) {
+	for _, atOnce := range []bool{true, false} {
+		s, fc, mirror := mirroringSession(t)
+		mirror.queueAtOnce = atOnce
+		a, b, c := atOffsetFrameFrom("mtopic", 0, 1, 0), atOffsetFrameFrom("mtopic", 0, 2, 10), atOffsetFrame("mtopic", 0, 3)
+		in := append(append(append([]byte(nil), a...), b...), c...)
+		n, err := s.HandleClient(in)
+		if err != nil || n != len(a)+len(b) {
+			t.Fatalf("queued at once %v: consumed %d, want the two requests with from offsets (%d): %v", atOnce, n, len(a)+len(b), err)
+		}
+		mirror.waitStart(t, 0)
+		if atOnce {
+			mirror.waitStart(t, 0) // the second starts while the first is still written
+		} else {
+			mirror.noStart(t) // the first has not taken its place yet
+		}
+		mirror.release[0] <- struct{}{}
+		runPost(t, fc)
+		if !atOnce {
+			mirror.waitStart(t, 0)
+		}
+		mirror.release[0] <- struct{}{}
+		runPost(t, fc)
+		out := frames(t, fc.client.Bytes())
+		if len(out) != 2 || corrOf(out[0]) != 1 || corrOf(out[1]) != 2 {
+			t.Fatalf("queued at once %v: %d answers, want 1 then 2", atOnce, len(out))
+		}
+		if n, err := s.HandleClient(in[len(a)+len(b):]); err != nil || n != len(c) {
+			t.Fatalf("the request without a from offset was not taken after the writes: %d, %v", n, err)
+		}
+		mirror.waitStart(t, 0)
+		mirror.release[0] <- struct{}{}
+		runPost(t, fc)
+		mirror.mu.Lock()
+		got := append([]bool(nil), mirror.follows...)
+		mirror.mu.Unlock()
+		if len(got) != 3 || got[0] || !got[1] || got[2] {
+			t.Fatalf("queued at once %v: writes marked following %v, want [false true false]", atOnce, got)
+		}
+		if s.Busy() {
+			t.Fatal("the session is still busy with nothing in flight")
+		}
+	}
+}
+
 // While writes run, only a Produce (with a response) naming none of their partitions is
 // taken; a Produce by topic id is named through the catalog; anything else waits.
 func TestMayOverlap(t *testing.T) {
@@ -271,6 +333,8 @@ func TestMayOverlap(t *testing.T) {
 		"acks=0":                                     {produce(11, 0, "other", [16]byte{}, 0), false},
 		"not a Produce":                              {reqFrame(md, 9), false},
 		"a body that does not decode":                {garbled, false},
+		"at offset with a from offset, a partition being written": {atOffsetFrameFrom("mtopic", 3, 9, 50), true},
+		"at offset without one, a partition being written":        {atOffsetFrameFrom("mtopic", 3, 9, -1), false},
 	} {
 		if got := s.mayOverlap(c.frame); got != c.want {
 			t.Errorf("%s: mayOverlap %v, want %v", name, got, c.want)
@@ -287,7 +351,14 @@ func TestMayOverlap(t *testing.T) {
 	if s.mayOverlap(other) {
 		t.Error("a request past the writes bound was taken")
 	}
+	// A partition's pipelined writes are bounded too.
 	s.writes = 1
+	piped := atOffsetFrameFrom("mtopic", 3, 9, 50)
+	s.writing[writeKey{topic: "mtopic", partition: 3}] = maxPartitionDepth
+	if s.mayOverlap(piped) {
+		t.Error("a write of a partition past maxPartitionDepth was taken")
+	}
+	s.writing[writeKey{topic: "mtopic", partition: 3}] = 1
 	s.release([]writeKey{{topic: "t", partition: 0}, {topic: "mtopic", partition: 3}}, 100)
 	if s.writes != 0 || s.writeBytes != 0 || len(s.writing) != 0 {
 		t.Fatalf("after release: %d writes of %d bytes, %v", s.writes, s.writeBytes, s.writing)

@@ -140,8 +140,11 @@ type View interface {
 type Mirror interface {
 	// Write mirrors one partition's source batches; code 0 means written (or an exact retry),
 	// and base is then the source offset of the first batch. from is the source offset the
-	// request continues from (the magic header's; -1: not given).
-	Write(ctx context.Context, t catalog.Topic, partition int32, records []byte, from int64) (code int16, msg string, base int64)
+	// request continues from (the magic header's; -1: not given); follows: the request was
+	// sent behind an unanswered one for the partition. queued, when not nil, is called once
+	// the write holds its place among the partition's writes: the partition's next write may
+	// be started then (overlap.go).
+	Write(ctx context.Context, t catalog.Topic, partition int32, records []byte, from int64, follows bool, queued func()) (code int16, msg string, base int64)
 }
 
 // Catalog is what the session asks about the destination's topics (package catalog).
@@ -207,6 +210,9 @@ type Session struct {
 	writes     int
 	writeBytes int
 	writing    map[writeKey]int
+	// turns holds, per partition being written, a channel closed once its newest write holds
+	// its place in the writer: the partition's next write starts after it (overlap.go).
+	turns map[writeKey]chan struct{}
 	// carrier carries moved groups' requests to the destination (moves.go); made on first use.
 	carrier Carrier
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.

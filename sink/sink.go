@@ -6,9 +6,12 @@
 // behind the others on the broker's connection (a broker handles a connection's requests one
 // at a time, acks=all replication included).
 //
-// A partition's batches leave in the order given and never overtake each other; after one of
-// them fails, its batches not yet sent are not sent (the caller retries from the first
-// failure with the same bytes, which the broker recognises as duplicates of what it has).
+// A partition's batches leave in the order given and never overtake each other, across Sends
+// too: a partition's next Send may be queued while the one before it is still on its way (its
+// batches follow the earlier ones, request by request). After one of them fails, its batches
+// not yet sent are not sent, nor are those of the partition's Sends queued behind it (the
+// caller retries from the first failure with the same bytes, which the broker recognises as
+// duplicates of what it has).
 package sink
 
 import (
@@ -134,18 +137,30 @@ func (s *Sink) Close() {
 	s.wg.Wait()
 }
 
-// Send writes a partition's batches, in order, and returns their outcomes. One partition must
-// not have two Sends at once (its batches would interleave).
+// Send writes a partition's batches, in order, and returns their outcomes.
 func (s *Sink) Send(ctx context.Context, topic string, id [16]byte, partition int32, data [][]byte) []Result {
-	j := &job{key: tp{id, topic, partition}, batches: data, results: make([]Result, len(data)), left: len(data), done: make(chan struct{})}
+	return s.Enqueue(topic, id, partition, data).Wait(ctx)
+}
+
+// Queued is a Send under way: its batches are queued behind those of the partition's earlier
+// Sends.
+type Queued struct {
+	s *Sink
+	j *job
+}
+
+// Enqueue queues a partition's batches behind the partition's batches queued before (which
+// leave first, in order) and returns at once; Wait gives their outcomes.
+func (s *Sink) Enqueue(topic string, id [16]byte, partition int32, data [][]byte) *Queued {
 	if len(data) == 0 {
-		return nil
+		return &Queued{s: s}
 	}
+	j := &job{key: tp{id, topic, partition}, batches: data, results: make([]Result, len(data)), left: len(data), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.dropLocked(j, ErrNotSent)
 		s.mu.Unlock()
-		return j.results
+		return &Queued{s: s, j: j}
 	}
 	s.jobs = append(s.jobs, j)
 	if !s.started {
@@ -155,13 +170,24 @@ func (s *Sink) Send(ctx context.Context, topic string, id [16]byte, partition in
 	}
 	s.mu.Unlock()
 	s.kick()
+	return &Queued{s: s, j: j}
+}
+
+// Wait returns the outcomes of the queued batches, in order. When ctx ends first, the batches
+// not yet sent are not sent (nor those queued behind them for the partition) and get ctx's
+// error; those sent are answered to nobody.
+func (q *Queued) Wait(ctx context.Context) []Result {
+	j := q.j
+	if j == nil {
+		return nil
+	}
 	select {
 	case <-j.done:
 	case <-ctx.Done():
-		// The batches sent are answered to nobody; those not sent never will be.
-		s.mu.Lock()
-		s.dropLocked(j, ctx.Err())
-		s.mu.Unlock()
+		q.s.mu.Lock()
+		q.s.dropBehindLocked(j)
+		q.s.dropLocked(j, ctx.Err())
+		q.s.mu.Unlock()
 		<-j.done
 	}
 	return j.results
@@ -186,6 +212,26 @@ func (s *Sink) dropLocked(j *job, err error) {
 		}
 	}
 	j.finish()
+}
+
+// dropBehindLocked takes the partition's Sends queued behind j off the queue, unsent: their
+// batches would follow one that failed or never left, out of sequence. A job leaves the queue
+// once all its batches are sent, and a partition's later Send sends nothing while an earlier
+// one is queued: so when j is no longer queued, every Send of its partition still queued came
+// after it.
+func (s *Sink) dropBehindLocked(j *job) {
+	var behind []*job
+	for _, q := range s.jobs {
+		switch {
+		case q == j:
+			behind = behind[:0] // those before j are not behind it
+		case q.key == j.key:
+			behind = append(behind, q)
+		}
+	}
+	for _, q := range behind {
+		s.dropLocked(q, ErrNotSent)
+	}
 }
 
 // run keeps a connection to the broker while there is work, redialling after a failure.
@@ -305,17 +351,20 @@ func (s *Sink) serve(c *wire.Conn) {
 	}
 }
 
-// next builds the next request: the next batch of every partition waiting, in arrival order.
+// next builds the next request: the next batch of every partition waiting, in arrival order
+// (a partition's later Send waits until its earlier one has sent everything).
 func (s *Sink) next() inflight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var f inflight
 	bytes := 0
 	topics := map[tp]int{} // topic (partition 0 key) to its index in the request
+	taken := map[tp]bool{} // partitions with a job met already: one batch each per request
 	for _, j := range s.jobs {
-		if j.next >= len(j.batches) {
+		if taken[j.key] || j.next >= len(j.batches) {
 			continue
 		}
+		taken[j.key] = true
 		b := j.batches[j.next]
 		if len(f.slots) > 0 && bytes+len(b) > maxRequestBytes {
 			break
@@ -386,9 +435,11 @@ func (s *Sink) failed(f inflight, err error) {
 func (s *Sink) settleLocked(sl slot, r Result) {
 	j := sl.j
 	j.settle(sl.i, r)
-	if j.failed && j.next < len(j.batches) {
-		// Later batches of a partition whose batch failed are not sent: they would be out of
-		// sequence. The caller retries from the failure.
+	if j.failed {
+		// Later batches of a partition whose batch failed are not sent, its own nor those of
+		// the partition's Sends queued behind: they would be out of sequence. The caller
+		// retries from the failure.
+		s.dropBehindLocked(j)
 		s.dropLocked(j, ErrNotSent)
 		return
 	}

@@ -251,3 +251,81 @@ func TestSinkQueuedBatchesSurviveALostConnection(t *testing.T) {
 		}
 	}
 }
+
+// A partition's Sends queued one behind the other leave in order and share nothing but the
+// order: the second is written while the first is still on its way, never in the same
+// request as a batch of the first.
+func TestSinkChainsAPartitionsSends(t *testing.T) {
+	f := newFixture(t, 1)
+	s := New(f.addr, f.dial, 10*time.Second, nil)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const sends, per = 6, 7
+	var qs []*Queued
+	for i := 0; i < sends; i++ {
+		qs = append(qs, s.Enqueue("t", [16]byte{}, 0, f.batches(per, int32(i*per))))
+	}
+	for i, q := range qs {
+		for k, r := range q.Wait(ctx) {
+			if want := int64(i*per + k); r.Err != nil || r.Answer.ErrorCode != 0 || r.Answer.BaseOffset != want {
+				t.Fatalf("send %d batch %d: %v code %d at %d, want %d", i, k, r.Err, r.Answer.ErrorCode, r.Answer.BaseOffset, want)
+			}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.widest != 1 || f.requests != sends*per {
+		t.Fatalf("%d requests, widest %d partitions: want one batch per request (%d)", f.requests, f.widest, sends*per)
+	}
+}
+
+// When a partition's batch fails, the partition's Sends queued behind it are not sent; an
+// earlier Send whose waiter gives up takes only the Sends behind it along.
+func TestSinkFailureStopsTheSendsBehind(t *testing.T) {
+	f := newFixture(t, 1)
+	s := New(f.addr, f.dial, 10*time.Second, nil)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bad := append(f.batches(2, 0), f.batches(1, 40)...) // the third skips sequences
+	first := s.Enqueue("t", [16]byte{}, 0, bad)
+	second := s.Enqueue("t", [16]byte{}, 0, f.batches(50, 3))
+	rs := first.Wait(ctx)
+	if r := rs[2]; r.Err == nil && r.Answer.ErrorCode == 0 {
+		t.Fatalf("the batch that skips sequences was taken at %d", r.Answer.BaseOffset)
+	}
+	notSent := 0
+	for _, r := range second.Wait(ctx) {
+		if r.Err == nil && r.Answer.ErrorCode == 0 {
+			t.Fatalf("a batch queued behind the failure was taken at %d", r.Answer.BaseOffset)
+		}
+		if errors.Is(r.Err, ErrNotSent) {
+			notSent++
+		}
+	}
+	if notSent < 50-Depth {
+		t.Fatalf("%d of the 50 batches behind the failure were not sent, want at least %d", notSent, 50-Depth)
+	}
+
+	// A waiter that gives up drops its own unsent batches and those behind, not those before.
+	g := newFixture(t, 1)
+	s2 := New(g.addr, g.dial, 10*time.Second, nil)
+	defer s2.Close()
+	a := s2.Enqueue("t", [16]byte{}, 0, g.batches(30, 0))
+	b := s2.Enqueue("t", [16]byte{}, 0, g.batches(30, 30))
+	c := s2.Enqueue("t", [16]byte{}, 0, g.batches(30, 60))
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	b.Wait(gone)
+	for k, r := range a.Wait(ctx) {
+		if r.Err != nil || r.Answer.ErrorCode != 0 || r.Answer.BaseOffset != int64(k) {
+			t.Fatalf("the Send before the one given up, batch %d: %v %d at %d", k, r.Err, r.Answer.ErrorCode, r.Answer.BaseOffset)
+		}
+	}
+	for k, r := range c.Wait(ctx) {
+		if !errors.Is(r.Err, ErrNotSent) {
+			t.Fatalf("the Send behind the one given up, batch %d: %v code %d (want not sent)", k, r.Err, r.Answer.ErrorCode)
+		}
+	}
+}

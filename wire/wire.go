@@ -139,6 +139,18 @@ func (w *Conn) Pipeline(ctx context.Context, reqs []kmsg.Request, resps []kmsg.R
 // state and the caller must close it.
 func (w *Conn) Window(ctx context.Context, n, depth int, req func(i int) kmsg.Request, resp func(i int) kmsg.Response,
 	got func(i int, r kmsg.Response) bool) (int, error) {
+	return w.window(ctx, n, depth, req, func(int) int64 { return noTag }, resp, got)
+}
+
+// WindowAtOffset is Window for produce-at-offset requests: request i carries the magic header
+// with the from offset from(i) (-1: none).
+func (w *Conn) WindowAtOffset(ctx context.Context, n, depth int, req func(i int) kmsg.Request, from func(i int) int64,
+	resp func(i int) kmsg.Response, got func(i int, r kmsg.Response) bool) (int, error) {
+	return w.window(ctx, n, depth, req, from, resp, got)
+}
+
+func (w *Conn) window(ctx context.Context, n, depth int, req func(i int) kmsg.Request, tag func(i int) int64, resp func(i int) kmsg.Response,
+	got func(i int, r kmsg.Response) bool) (int, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = w.c.SetDeadline(dl)
 		defer func() { _ = w.c.SetDeadline(time.Time{}) }()
@@ -152,7 +164,7 @@ func (w *Conn) Window(ctx context.Context, n, depth int, req func(i int) kmsg.Re
 	for next < n || len(inflight) > 0 {
 		for !stop && next < n && len(inflight) < max(depth, 1) {
 			r := req(next)
-			corr, err := w.send(r, noTag)
+			corr, err := w.send(r, tag(next))
 			if err != nil {
 				return accepted, err
 			}

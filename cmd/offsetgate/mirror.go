@@ -45,6 +45,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit (default: keep mirroring until interrupted)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
 	parallel := fs.Int("parallel", 4, "produce-at-offset writes in flight at once (and connections to each offsetgate broker); every partition is mirrored whatever its value")
+	depth := fs.Int("depth", 2, "produce-at-offset requests of one partition in flight at once (1 to 4), pipelined on a writer's connection while no other partition waits for a writer; 1: each waits for the answer to the one before")
 	groups := fs.String("groups", "", "copy the committed offsets of source consumer groups matching this regular expression")
 	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied, the source's log start is followed and --topic-regex is looked at again, while following")
 	resync := fs.Duration("resync", 5*time.Minute, "how often a following run sends compacted topics again from the source's log start, so offsetgate records what the source's cleaner removed since (at most 30m: the destination compacts an hour after the source must have)")
@@ -70,6 +71,10 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "offsetgate mirror: --parallel must be at least 1")
 		return exitUsage
 	}
+	if *depth < 1 || *depth > 4 {
+		fmt.Fprintln(stderr, "offsetgate mirror: --depth must be 1 to 4 (offsetgate takes at most 4 requests of a partition at once)")
+		return exitUsage
+	}
 	if *resync <= 0 || *resync > 30*time.Minute {
 		fmt.Fprintln(stderr, "offsetgate mirror: --resync must be more than 0 and at most 30m")
 		return exitUsage
@@ -87,7 +92,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 	cfg := mirror.Config{Source: cf.sourceAddrs(), Proxy: cf.proxyAddrs(),
-		MaxBytes: int32(*maxBytes), Parallel: *parallel, Resync: *resync,
+		MaxBytes: int32(*maxBytes), Parallel: *parallel, Depth: *depth, Resync: *resync,
 		ReplicationFactor: int16(*rf), Progress: stdout,
 		MirrorGroup: *mirrorGroup, GroupSessionTimeout: *groupSession}
 	if *topics != "" {
