@@ -315,18 +315,7 @@ func (h *handClient) leaderConn(ctx context.Context, part int32) *wire.Conn {
 }
 
 // atOffsetRequest is a Produce request of one partition's record set, acks=all.
-func atOffsetRequest(topic string, part int32, records []byte) *kmsg.ProduceRequest {
-	req := kmsg.NewPtrProduceRequest()
-	req.SetVersion(11)
-	req.Acks, req.TimeoutMillis = -1, 30000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition, rp.Records = part, records
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	return req
-}
+var atOffsetRequest = mirror.AtOffsetRequest
 
 // atOffset sends one produce-at-offset request of one partition on c.
 func atOffset(ctx context.Context, c *wire.Conn, topic string, part int32, records []byte) (kmsg.ProduceResponseTopicPartition, error) {

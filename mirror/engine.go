@@ -1136,6 +1136,11 @@ func (e *engine) takeMoreLocked(p *part) *chunk {
 			return nil
 		}
 	}
+	return e.takeChunkLocked(p)
+}
+
+// takeChunkLocked hands p's waiting chunk to the writer that holds p.
+func (e *engine) takeChunkLocked(p *part) *chunk {
 	c := p.chunk
 	p.chunk = nil
 	p.writingEnd = c.hs[len(c.hs)-1].LastOffset() + 1
@@ -1153,13 +1158,11 @@ func (e *engine) nextChunk(ctx context.Context) (*part, *chunk) {
 			if p.finished || p.chunk == nil || p.writing {
 				continue
 			}
-			c := p.chunk
-			p.chunk, p.writing = nil, true
-			p.writingEnd = c.hs[len(c.hs)-1].LastOffset() + 1
+			p.writing = true
+			c := e.takeChunkLocked(p)
 			if len(e.ready) > 0 {
 				e.kick(e.readyWake) // another writer may take the next one
 			}
-			e.wakeFetcherLocked(p) // it may fetch ahead while this chunk is written
 			e.mu.Unlock()
 			return p, c
 		}

@@ -1,0 +1,4 @@
+package mirror
+
+// AtOffsetRequest lets the external tests build the requests offsetgate mirror sends.
+var AtOffsetRequest = atOffsetRequest
