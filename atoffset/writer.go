@@ -497,6 +497,10 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 		if errors.As(err, &oe) {
 			return Result{Code: ErrOwned, Msg: "offsetgate: partition " + oe.Error() + "; one instance writes a mirror partition"}, nil
 		}
+		var te *trimmedError
+		if errors.As(err, &te) {
+			return Result{Code: ErrHalted, Msg: "offsetgate: " + te.Error()}, nil
+		}
 		return Result{Code: ErrRetriable, Msg: "offsetgate: loading the partition's ledger: " + err.Error()}, nil
 	}
 	if p.halted != "" {
@@ -674,10 +678,16 @@ func (w *Writer) wholeLedger(ctx context.Context, p *part, partition int32) erro
 		return err
 	}
 	if start > 0 {
-		return fmt.Errorf("the ledger of %s[%d] was trimmed below ledger offset %d, and no usable snapshot covers it (snapshot_every -1, or a snapshot this offsetgate cannot read): refusing to plan on part of the history", p.topic, partition, start)
+		return &trimmedError{fmt.Sprintf("the ledger of %s[%d] was trimmed below ledger offset %d, and no usable snapshot covers it (snapshot_every -1, or a snapshot this offsetgate cannot read): refusing to plan on part of the history", p.topic, partition, start)}
 	}
 	return nil
 }
+
+// trimmedError is a load refused for good by this instance's configuration: retrying changes
+// nothing until an instance that can read the snapshots takes the partition.
+type trimmedError struct{ msg string }
+
+func (e *trimmedError) Error() string { return e.msg }
 
 // lastSnapshot is the replay of the partition's newest snapshot and the ledger offset to read
 // on from; without a usable one, an empty replay and 0 (the whole ledger).
