@@ -64,3 +64,22 @@ func TestPeerTargets(t *testing.T) {
 		t.Fatal("comparison table without the peer measured")
 	}
 }
+
+// A destination holding mirror topics makes offsetgate's RSS include their source views: the
+// report says so, and says nothing when there are none.
+func TestViewMemoryNote(t *testing.T) {
+	rep := &bench.Report{
+		Memory: []bench.ProcMemory{{Process: bench.PathOffsetgate, RSSKiB: 50 << 10, PeakRSSKiB: 60 << 10}},
+	}
+	var out bytes.Buffer
+	bench.WriteTable(&out, rep)
+	if strings.Contains(out.String(), "source view index") {
+		t.Fatalf("view note without views:\n%s", out.String())
+	}
+	rep.OffsetgateMetrics = map[string]float64{"offsetgate_view_page_bytes": 10 << 20, "offsetgate_view_pages_resident": 324}
+	out.Reset()
+	bench.WriteTable(&out, rep)
+	if !strings.Contains(out.String(), "about 10 MiB of their source view index (324 pages)") {
+		t.Fatalf("no view note:\n%s", out.String())
+	}
+}
