@@ -288,17 +288,31 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if err := w.ledger.Ensure(ctx, p.id, count); err != nil {
 		return err
 	}
-	base, from := w.lastSnapshot(ctx, p, partition)
+	// final: the replay cannot use a snapshot, for as long as this configuration and these
+	// snapshots stand (none taken, or none this offsetgate reads); a snapshot that is only
+	// absent (or not read) may be there on the next look.
+	base, from, final, err := w.lastSnapshot(ctx, p, partition)
+	if err != nil {
+		// A ledger never trimmed is enough alone; one trimmed needs the snapshot, so the load
+		// fails (retriably) until it can be read.
+		if start, lerr := rawread.ListOffset(ctx, w.cl, ledger.Topic(p.id), partition, rawread.Earliest); lerr != nil || start > 0 {
+			return err
+		}
+		w.log.Warn("snapshot not read: reading the whole ledger", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
+	}
 	es, next, err := w.ledger.ReadFrom(ctx, p.id, partition, from)
 	if err == nil && from > 0 && next < from {
-		// A snapshot past the ledger's end is not of this ledger: read it all.
-		w.log.Warn("snapshot beyond the ledger's end: reading the whole ledger", zap.String("topic", p.topic),
-			zap.Int32("partition", partition), zap.Int64("snapshot_at", from), zap.Int64("ledger_end", next))
-		base, from = Replayed{State: State{Next: -1, Epoch: -1}}, 0
-		es, next, err = w.ledger.ReadFrom(ctx, p.id, partition, 0)
+		err = w.beyondEnd(ctx, p, partition, from, next)
+		if err == nil {
+			// A snapshot past the ledger's end is not of this ledger: read it all.
+			w.log.Warn("snapshot beyond the ledger's end: reading the whole ledger", zap.String("topic", p.topic),
+				zap.Int32("partition", partition), zap.Int64("snapshot_at", from), zap.Int64("ledger_end", next))
+			base, from, final = Replayed{State: State{Next: -1, Epoch: -1}}, 0, true
+			es, next, err = w.ledger.ReadFrom(ctx, p.id, partition, 0)
+		}
 	}
 	if err == nil && from == 0 {
-		err = w.wholeLedger(ctx, p, partition)
+		err = w.wholeLedger(ctx, p, partition, final)
 	}
 	if err != nil {
 		return err
@@ -671,14 +685,19 @@ func (w *Writer) settled(ctx context.Context, p *part, partition int32, plan Pla
 
 // wholeLedger checks that a partition's ledger is whole, for a takeover without a snapshot: a
 // ledger trimmed below a snapshot cannot be replayed without it (the replay would start in the
-// middle of the history and plan on a guess).
-func (w *Writer) wholeLedger(ctx context.Context, p *part, partition int32) error {
+// middle of the history and plan on a guess). final: no snapshot will do (trimmedError, not
+// retried); else the snapshot was only not found, which a trimmed ledger says is wrong (one is
+// written before any trim), so the load is refused retriably.
+func (w *Writer) wholeLedger(ctx context.Context, p *part, partition int32, final bool) error {
 	start, err := rawread.ListOffset(ctx, w.cl, ledger.Topic(p.id), partition, rawread.Earliest)
 	if err != nil {
 		return err
 	}
-	if start > 0 {
+	switch {
+	case start > 0 && final:
 		return &trimmedError{fmt.Sprintf("the ledger of %s[%d] was trimmed below ledger offset %d, and no usable snapshot covers it (snapshot_every -1, or a snapshot this offsetgate cannot read): refusing to plan on part of the history", p.topic, partition, start)}
+	case start > 0:
+		return fmt.Errorf("the ledger of %s[%d] was trimmed below ledger offset %d but no snapshot was found: read again", p.topic, partition, start)
 	}
 	return nil
 }
@@ -690,26 +709,44 @@ type trimmedError struct{ msg string }
 func (e *trimmedError) Error() string { return e.msg }
 
 // lastSnapshot is the replay of the partition's newest snapshot and the ledger offset to read
-// on from; without a usable one, an empty replay and 0 (the whole ledger).
-func (w *Writer) lastSnapshot(ctx context.Context, p *part, partition int32) (Replayed, int64) {
+// on from; without a usable one, an empty replay and 0 (the whole ledger), and final when none
+// will be usable (snapshots off, or the newest one undecodable). A snapshot that could not be
+// read is an error, not "none": the whole ledger is trimmed below the snapshots, and reading it
+// instead would refuse the partition on a leader election.
+func (w *Writer) lastSnapshot(ctx context.Context, p *part, partition int32) (Replayed, int64, bool, error) {
 	none := Replayed{State: State{Next: -1, Epoch: -1}}
 	if w.cfg.SnapshotEvery < 0 {
-		return none, 0
+		return none, 0, true, nil
 	}
 	b, err := w.ledger.LastSnapshot(ctx, p.id, partition)
-	if err == nil && b == nil {
-		return none, 0
-	}
-	var s snapshot
-	if err == nil {
-		s, err = decodeSnapshot(b)
-	}
 	if err != nil {
-		// The ledger is the truth; a snapshot only saves reading it.
-		w.log.Warn("snapshot not used: reading the whole ledger", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
-		return none, 0
+		return none, 0, false, fmt.Errorf("reading the newest snapshot: %w", err)
 	}
-	return s.replayed(), s.At
+	if b == nil {
+		return none, 0, false, nil
+	}
+	s, err := decodeSnapshot(b)
+	if err != nil {
+		// The ledger is the truth; a snapshot only saves reading it. One this offsetgate cannot
+		// decode (another version's) is as if there were none.
+		w.log.Warn("snapshot not used: reading the whole ledger", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
+		return none, 0, true, nil
+	}
+	return s.replayed(), s.At, false, nil
+}
+
+// beyondEnd tells a snapshot that is really past its ledger's end (not of this ledger: nil,
+// the whole ledger is read) from a read that ended early because the ledger partition's new
+// leader does not know its high watermark yet (an error, retried).
+func (w *Writer) beyondEnd(ctx context.Context, p *part, partition int32, at, read int64) error {
+	end, err := rawread.ListOffset(ctx, w.cl, ledger.Topic(p.id), partition, rawread.Latest)
+	if err != nil {
+		return fmt.Errorf("the ledger read ended at %d, before the snapshot at %d, and its end could not be read: %w", read, at, err)
+	}
+	if end >= at {
+		return fmt.Errorf("the ledger read ended at %d, before the snapshot at %d, but the ledger ends at %d (a leader just elected?)", read, at, end)
+	}
+	return nil
 }
 
 // maybeSnapshot stores a snapshot of the partition's state once SnapshotEvery ledger entries

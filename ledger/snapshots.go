@@ -91,7 +91,9 @@ func (l *Ledger) LastSnapshot(ctx context.Context, topicID string, partition int
 		return nil, fmt.Errorf("snapshots: reading %s[%d]: %w", topic, partition, err)
 	}
 	if len(recs) == 0 {
-		return nil, nil
+		// The partition ends past a record this read did not get: not "no snapshot", which
+		// a caller would take as "replay the whole (trimmed) ledger".
+		return nil, fmt.Errorf("snapshots: %s[%d] ends at %d but no record was read at %d", topic, partition, end, end-1)
 	}
 	return recs[len(recs)-1].Value, nil
 }

@@ -134,6 +134,16 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 			// The same replay a writer taking the partition over starts from: the newest
 			// snapshot and the ledger after it.
 			rp, unreadable, err := replayLedger(ctx, px, id, p)
+			for try := 1; (err != nil || unreadable != "") && try < 3 && ctx.Err() == nil; try++ {
+				// A read that failed, or found the ledger unreadable (a leader election on the
+				// destination can look like either for a moment), is read again before the
+				// partition is reported halted or the whole status fails.
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				rp, unreadable, err = replayLedger(ctx, px, id, p)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("reading the ledger of %s[%d]: %w", m.Topic, p, err)
 			}
@@ -176,15 +186,29 @@ func replayLedger(ctx context.Context, px *kgo.Client, id string, p int32) (atof
 		return r, "", nil // a partition never written has no ledger topic yet
 	}
 	from := int64(0)
-	if b, err := ledger.New(px).LastSnapshot(ctx, id, p); err == nil && b != nil {
+	// A snapshot that could not be read is an error, not "none": the ledger is trimmed below
+	// the snapshots, and replaying it alone would report a halt that is a leader election.
+	b, err := ledger.New(px).LastSnapshot(ctx, id, p)
+	if err != nil {
+		return r, "", err
+	}
+	missing := "no snapshot was found"
+	if b != nil {
+		missing = "no readable snapshot covers it"
 		if sr, at, err := atoffset.DecodeSnapshot(b); err == nil {
 			r, from = sr, at
 		}
 	}
 	recs, end, err := rawread.Records(ctx, px, ledger.Topic(id), p, from)
 	if err == nil && from > 0 && end < from {
-		// A snapshot beyond the ledger's end is not of this ledger.
-		r, from = atoffset.Replay(nil), 0
+		// A snapshot beyond the ledger's end is not of this ledger, unless the read ended early
+		// at a new leader's high watermark: the ledger's end tells them apart.
+		if last, lerr := rawread.ListOffset(ctx, px, ledger.Topic(id), p, rawread.Latest); lerr != nil {
+			return r, "", lerr
+		} else if last >= from {
+			return r, "", fmt.Errorf("the ledger read ended at %d, before the snapshot at %d, but the ledger ends at %d (a leader just elected?)", end, from, last)
+		}
+		r, from, missing = atoffset.Replay(nil), 0, "the newest snapshot is not of this ledger"
 		recs, _, err = rawread.Records(ctx, px, ledger.Topic(id), p, 0)
 	}
 	if err != nil {
@@ -196,7 +220,7 @@ func replayLedger(ctx context.Context, px *kgo.Client, id string, p int32) (atof
 		if start, err := rawread.ListOffset(ctx, px, ledger.Topic(id), p, rawread.Earliest); err != nil {
 			return r, "", err
 		} else if start > 0 {
-			return r, fmt.Sprintf("the ledger was trimmed below ledger offset %d and no readable snapshot covers it", start), nil
+			return r, fmt.Sprintf("the ledger was trimmed below ledger offset %d and %s", start, missing), nil
 		}
 	}
 	es := make([]ledger.Entry, 0, len(recs))
