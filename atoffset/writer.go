@@ -292,17 +292,19 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	// snapshots stand (none taken, or none this offsetgate reads); a snapshot that is only
 	// absent (or not read) may be there on the next look.
 	base, from, final, err := w.lastSnapshot(ctx, p, partition)
+	whole := false // the ledger was checked whole already
 	if err != nil {
 		// A ledger never trimmed is enough alone; one trimmed needs the snapshot, so the load
 		// fails (retriably) until it can be read.
-		if start, lerr := rawread.ListOffset(ctx, w.cl, ledger.Topic(p.id), partition, rawread.Earliest); lerr != nil || start > 0 {
+		if w.wholeLedger(ctx, p, partition, false) != nil {
 			return err
 		}
+		whole = true
 		w.log.Warn("snapshot not read: reading the whole ledger", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
 	}
 	es, next, err := w.ledger.ReadFrom(ctx, p.id, partition, from)
 	if err == nil && from > 0 && next < from {
-		err = w.beyondEnd(ctx, p, partition, from, next)
+		err = BeyondEnd(ctx, w.cl, p.id, partition, from, next)
 		if err == nil {
 			// A snapshot past the ledger's end is not of this ledger: read it all.
 			w.log.Warn("snapshot beyond the ledger's end: reading the whole ledger", zap.String("topic", p.topic),
@@ -311,7 +313,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			es, next, err = w.ledger.ReadFrom(ctx, p.id, partition, 0)
 		}
 	}
-	if err == nil && from == 0 {
+	if err == nil && from == 0 && !whole {
 		err = w.wholeLedger(ctx, p, partition, final)
 	}
 	if err != nil {
@@ -735,11 +737,12 @@ func (w *Writer) lastSnapshot(ctx context.Context, p *part, partition int32) (Re
 	return s.replayed(), s.At, false, nil
 }
 
-// beyondEnd tells a snapshot that is really past its ledger's end (not of this ledger: nil,
-// the whole ledger is read) from a read that ended early because the ledger partition's new
-// leader does not know its high watermark yet (an error, retried).
-func (w *Writer) beyondEnd(ctx context.Context, p *part, partition int32, at, read int64) error {
-	end, err := rawread.ListOffset(ctx, w.cl, ledger.Topic(p.id), partition, rawread.Latest)
+// BeyondEnd tells a snapshot at ledger offset at that is really past the end of ledger
+// partition partition of topic id (not of this ledger: nil, the whole ledger is to be read)
+// from a read that ended early at read because the ledger partition's new leader does not know
+// its high watermark yet (an error, to read again). A takeover and the status both ask it.
+func BeyondEnd(ctx context.Context, cl *kgo.Client, id string, partition int32, at, read int64) error {
+	end, err := rawread.ListOffset(ctx, cl, ledger.Topic(id), partition, rawread.Latest)
 	if err != nil {
 		return fmt.Errorf("the ledger read ended at %d, before the snapshot at %d, and its end could not be read: %w", read, at, err)
 	}

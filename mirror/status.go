@@ -203,10 +203,8 @@ func replayLedger(ctx context.Context, px *kgo.Client, id string, p int32) (atof
 	if err == nil && from > 0 && end < from {
 		// A snapshot beyond the ledger's end is not of this ledger, unless the read ended early
 		// at a new leader's high watermark: the ledger's end tells them apart.
-		if last, lerr := rawread.ListOffset(ctx, px, ledger.Topic(id), p, rawread.Latest); lerr != nil {
-			return r, "", lerr
-		} else if last >= from {
-			return r, "", fmt.Errorf("the ledger read ended at %d, before the snapshot at %d, but the ledger ends at %d (a leader just elected?)", end, from, last)
+		if err := atoffset.BeyondEnd(ctx, px, id, p, from, end); err != nil {
+			return r, "", err
 		}
 		r, from, missing = atoffset.Replay(nil), 0, "the newest snapshot is not of this ledger"
 		recs, _, err = rawread.Records(ctx, px, ledger.Topic(id), p, 0)
