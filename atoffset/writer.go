@@ -151,11 +151,13 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 	k := sinkKey{addr, lane}
 	sk := w.sinks[k]
 	if sk == nil {
-		name := "data"
 		if lane == ledgerLane {
-			name = "ledger"
+			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"))
+		} else {
+			// A partition's data move in runs (several batches per replication round trip):
+			// a write is answered only once D confirmed its batches replicated, as before.
+			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("data"), sink.Runs(), sink.OnQuick(w.m.quick.Inc))
 		}
-		sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent(name))
 		w.sinks[k] = sk
 	}
 	return sk

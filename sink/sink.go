@@ -12,10 +12,15 @@
 // not yet sent are not sent, nor are those of the partition's Sends queued behind it (the
 // caller retries from the first failure with the same bytes, which the broker recognises as
 // duplicates of what it has).
+//
+// With Runs, a partition's batches that have a later batch of theirs queued go in requests
+// with acks=1, and the run is confirmed by the first acks=all request that carries a later
+// batch of the partition (see Runs).
 package sink
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -36,6 +41,12 @@ const answerSlack = 10 * time.Second
 
 // maxRequestBytes bounds the record bytes of one request (a batch larger than it goes alone).
 const maxRequestBytes = 8 << 20
+
+// ErrUnconfirmed is the outcome of a batch the broker appended with acks=1 whose
+// confirmation (a later batch of the partition taken with acks=all) never came: it may or may
+// not be replicated, and is to be sent again, which the broker recognises as a duplicate of
+// what it has.
+var ErrUnconfirmed = errors.New("appended by the leader, but no later batch of the partition confirmed it replicated")
 
 // ErrNotSent is the outcome of a batch that was never sent: an earlier batch of its partition
 // failed, or the sink closed.
@@ -94,6 +105,37 @@ type inflight struct {
 	slots []slot
 }
 
+// held is a batch the broker appended with acks=1, waiting for its confirmation.
+type held struct {
+	sl slot
+	r  Result
+}
+
+// run is a partition's batches sent and not yet confirmed (Runs).
+type run struct {
+	flying int    // batches in requests not yet answered
+	held   []held // answered with acks=1, in order, waiting for a later acks=all answer
+	broken bool   // a batch failed: nothing of the run can be confirmed any more
+	passed int    // acks=1 requests built without its batch that must be confirmed
+}
+
+// Option changes a sink.
+type Option func(*Sink)
+
+// Runs lets a partition's batches go with acks=1 while a later batch of the partition is
+// queued, up to Depth batches unconfirmed, the last of which goes with acks=all (so does a
+// batch without a sequence, or with sequence 0: see unsequenced). A batch is reported only
+// once a later batch of its partition was answered with acks=all on the same connection: the
+// broker answers a connection's requests in order and appends one partition's batches in
+// order, so the high watermark that released the later batch covers the earlier ones; had the
+// leader lost them in the meantime (a leadership that moved and came back), the later batch's
+// sequence would not follow and the broker would refuse it. A batch whose confirmation fails
+// gets ErrUnconfirmed and is sent again by the caller: at most Depth batches are unconfirmed,
+// all within the broker's duplicate window. What this buys is throughput: a broker holds a
+// connection while it waits for replication, so a stock producer's partition moves one batch
+// per replication round trip; a run moves up to Depth batches per round trip.
+func Runs() Option { return func(s *Sink) { s.runs = map[tp]*run{} } }
+
 // Sink is the batch sender of one broker address. It owns two goroutines per connection (a
 // writer and a reader), started by the first Send and stopped by Close.
 type Sink struct {
@@ -101,6 +143,8 @@ type Sink struct {
 	dial    func(ctx context.Context, addr string) (*wire.Conn, error)
 	timeout time.Duration
 	sent    func(batches int) // called for every request written
+	runs    map[tp]*run       // with Runs: partitions with batches sent and not confirmed
+	quick   func()            // with Runs: called for every acks=1 request written
 
 	mu      sync.Mutex
 	jobs    []*job // partitions with batches to send, in arrival order (one job per partition at a time)
@@ -115,13 +159,20 @@ type Sink struct {
 // New makes the sink of the broker at addr; dial opens its connection (again after a failure).
 // timeout is the Produce requests' timeout on the broker; sent, when not nil, is told the
 // number of batches of every request written (for metrics).
-func New(addr string, dial func(ctx context.Context, addr string) (*wire.Conn, error), timeout time.Duration, sent func(batches int)) *Sink {
+func New(addr string, dial func(ctx context.Context, addr string) (*wire.Conn, error), timeout time.Duration, sent func(batches int), opts ...Option) *Sink {
 	ctx, cancel := context.WithCancel(context.Background())
 	if sent == nil {
 		sent = func(int) {}
 	}
-	return &Sink{addr: addr, dial: dial, timeout: timeout, sent: sent, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	s := &Sink{addr: addr, dial: dial, timeout: timeout, sent: sent, quick: func() {}, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
+
+// OnQuick sets what is called for every request written with acks=1 (for metrics).
+func OnQuick(f func()) Option { return func(s *Sink) { s.quick = f } }
 
 // Close stops the sink; batches waiting get ErrNotSent, those in flight the connection's error.
 func (s *Sink) Close() {
@@ -202,6 +253,7 @@ func (s *Sink) kick() {
 
 // dropLocked gives every batch of j not yet sent the error err and takes j off the queue.
 func (s *Sink) dropLocked(j *job, err error) {
+	s.breakRunLocked(j.key)
 	for ; j.next < len(j.batches); j.next++ {
 		j.settle(j.next, Result{Err: err})
 	}
@@ -309,6 +361,7 @@ func (s *Sink) serve(c *wire.Conn) {
 	defer func() {
 		close(sent)
 		<-readErr
+		s.breakRuns()
 	}()
 	idle := time.NewTimer(time.Minute)
 	defer idle.Stop()
@@ -347,24 +400,69 @@ func (s *Sink) serve(c *wire.Conn) {
 		}
 		f.corr = corr
 		s.sent(len(f.slots))
+		if f.req.Acks == 1 {
+			s.quick()
+		}
 		sent <- f
 	}
 }
 
 // next builds the next request: the next batch of every partition waiting, in arrival order
 // (a partition's later Send waits until its earlier one has sent everything).
+//
+// With Runs, a batch that must be confirmed (see Runs) waits while other partitions have
+// batches that need not be: they go first, with acks=1, and the batches that must be confirmed
+// go together in one acks=all request, which confirms every partition it carries. So the
+// partitions' runs line up, and a request waits for replication once for all of them. A
+// partition passed over Depth-1 times goes at once, whatever the others have.
 func (s *Sink) next() inflight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var f inflight
-	bytes := 0
-	topics := map[tp]int{} // topic (partition 0 key) to its index in the request
+	type cand struct {
+		j       *job
+		r       *run
+		confirm bool
+	}
+	var cands []cand
 	taken := map[tp]bool{} // partitions with a job met already: one batch each per request
-	for _, j := range s.jobs {
+	quick, due := 0, false // with Runs: batches that may go with acks=1; a confirmation is overdue
+	for ji, j := range s.jobs {
 		if taken[j.key] || j.next >= len(j.batches) {
 			continue
 		}
 		taken[j.key] = true
+		c := cand{j: j}
+		if s.runs != nil {
+			if c.r = s.runs[j.key]; c.r != nil && (c.r.broken || c.r.flying+len(c.r.held) >= Depth) {
+				continue // a failed run drains first; a full one waits for its confirmation
+			}
+			unconfirmed := 1
+			if c.r != nil {
+				unconfirmed += c.r.flying + len(c.r.held)
+			}
+			c.confirm = unconfirmed >= Depth || !s.laterQueuedLocked(ji, j) || unsequenced(j.batches[j.next])
+			if !c.confirm {
+				quick++
+			} else if c.r != nil && c.r.passed >= Depth-1 {
+				due = true
+			}
+		}
+		cands = append(cands, c)
+	}
+	all := s.runs == nil || quick == 0 || due
+	var f inflight
+	bytes := 0
+	topics := map[tp]int{} // topic (partition 0 key) to its index in the request
+	for _, c := range cands {
+		j := c.j
+		if !all && c.confirm {
+			if c.r == nil {
+				c.r = &run{}
+				s.runs[j.key] = c.r
+			}
+			c.r.passed++
+			continue
+		}
 		b := j.batches[j.next]
 		if len(f.slots) > 0 && bytes+len(b) > maxRequestBytes {
 			break
@@ -373,6 +471,9 @@ func (s *Sink) next() inflight {
 			f.req = kmsg.NewPtrProduceRequest()
 			f.req.SetVersion(9) // names topics; every broker offsetgate supports takes it
 			f.req.Acks, f.req.TimeoutMillis = -1, int32(s.timeout/time.Millisecond)
+			if !all {
+				f.req.Acks = 1
+			}
 		}
 		tk := tp{j.key.id, j.key.topic, 0}
 		ti, ok := topics[tk]
@@ -389,6 +490,17 @@ func (s *Sink) next() inflight {
 		f.slots = append(f.slots, slot{j, j.next})
 		j.next++
 		bytes += len(b)
+		if s.runs != nil {
+			r := c.r
+			if r == nil {
+				r = &run{}
+				s.runs[j.key] = r
+			}
+			r.flying++
+			if all {
+				r.passed = 0
+			}
+		}
 	}
 	// Jobs with everything sent leave the queue (their answers still come back to them).
 	kept := s.jobs[:0]
@@ -400,6 +512,29 @@ func (s *Sink) next() inflight {
 	clear(s.jobs[len(kept):])
 	s.jobs = kept
 	return f
+}
+
+// laterQueuedLocked reports whether a batch of j's partition is queued behind j's next one.
+func (s *Sink) laterQueuedLocked(ji int, j *job) bool {
+	if j.next+1 < len(j.batches) {
+		return true
+	}
+	for _, q := range s.jobs[ji+1:] {
+		if q.key == j.key && q.next < len(q.batches) {
+			return true
+		}
+	}
+	return false
+}
+
+// unsequenced reports whether a batch cannot stand for the batches before it: one without a
+// producer id (the broker checks no sequence), or with sequence 0 (a broker that has lost
+// every batch of the producer takes it whatever came before). It is confirmed itself.
+func unsequenced(b []byte) bool {
+	if len(b) < 57 {
+		return true
+	}
+	return int64(binary.BigEndian.Uint64(b[43:])) < 0 || int32(binary.BigEndian.Uint32(b[53:])) <= 0
 }
 
 // answered hands each batch of a request its partition's answer.
@@ -419,7 +554,83 @@ func (s *Sink) answered(f inflight, resp *kmsg.ProduceResponse) {
 				}
 			}
 		}
+		if s.runs != nil {
+			s.runAnsweredLocked(sl, r, f.req.Acks == 1)
+			continue
+		}
 		s.settleLocked(sl, r)
+	}
+}
+
+// runAnsweredLocked settles an answered batch of a sink with Runs: an acks=1 success is held
+// for its confirmation; an acks=all success confirms the partition's held batches before it;
+// a failure fails them.
+func (s *Sink) runAnsweredLocked(sl slot, r Result, quick bool) {
+	// next skips a partition whose run is full or broken: an answer may free it.
+	defer s.kick()
+	k := sl.j.key
+	ru := s.runs[k]
+	if ru == nil { // cannot happen: every batch sent is counted in its run
+		ru = &run{flying: 1}
+		s.runs[k] = ru
+	}
+	ru.flying--
+	ok := r.Err == nil && r.Answer.ErrorCode == 0
+	switch {
+	case ok && quick && !ru.broken:
+		ru.held = append(ru.held, held{sl, r})
+		return
+	case ok && quick:
+		r = Result{Err: ErrUnconfirmed}
+	case ok:
+		hs := ru.held
+		ru.held = nil
+		for _, h := range hs {
+			s.settleLocked(h.sl, h.r)
+		}
+	default:
+		s.breakRunLocked(k)
+	}
+	s.tidyRunLocked(k)
+	s.settleLocked(sl, r)
+}
+
+// breakRunLocked fails a partition's held batches (ErrUnconfirmed) and, while some of its
+// batches are still in flight, marks its run broken: their acks=1 successes cannot be
+// confirmed any more, and the partition sends nothing until they are answered.
+func (s *Sink) breakRunLocked(k tp) {
+	if s.runs == nil {
+		return
+	}
+	ru := s.runs[k]
+	if ru == nil {
+		return
+	}
+	hs := ru.held
+	ru.held = nil
+	ru.broken = ru.flying > 0
+	s.tidyRunLocked(k)
+	for _, h := range hs {
+		s.settleLocked(h.sl, Result{Err: ErrUnconfirmed})
+	}
+}
+
+// breakRuns breaks every partition's run: a connection ended, and no batch held on it will be
+// confirmed.
+func (s *Sink) breakRuns() {
+	if s.runs == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.runs {
+		s.breakRunLocked(k)
+	}
+}
+
+func (s *Sink) tidyRunLocked(k tp) {
+	if ru := s.runs[k]; ru != nil && ru.flying == 0 && len(ru.held) == 0 {
+		delete(s.runs, k)
 	}
 }
 
@@ -428,6 +639,10 @@ func (s *Sink) failed(f inflight, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sl := range f.slots {
+		if s.runs != nil {
+			s.runAnsweredLocked(sl, Result{Err: err}, false)
+			continue
+		}
 		s.settleLocked(sl, Result{Err: err})
 	}
 }

@@ -329,3 +329,207 @@ func TestSinkFailureStopsTheSendsBehind(t *testing.T) {
 		}
 	}
 }
+
+// produceLog records, per Produce request a fixture's broker saw, its acks and the sequence
+// of each partition-0 batch it carried.
+type produceLog struct {
+	mu   sync.Mutex
+	reqs []sentReq
+}
+
+type sentReq struct {
+	acks int16
+	seq  int32 // partition 0's batch; -1 when the request had none
+}
+
+func (l *produceLog) record(r kmsg.Request) sentReq {
+	req := r.(*kmsg.ProduceRequest)
+	sr := sentReq{acks: req.Acks, seq: -1}
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.Partition == 0 {
+				h, err := batch.ReadHeader(rp.Records)
+				if err == nil {
+					sr.seq = h.BaseSequence
+				}
+			}
+		}
+	}
+	l.mu.Lock()
+	l.reqs = append(l.reqs, sr)
+	l.mu.Unlock()
+	return sr
+}
+
+// With Runs a partition's batches go with acks=1 while later ones are queued, and every run
+// of them ends in an acks=all batch of the partition within Depth batches: a batch with
+// sequence 0 and the last one queued go with acks=all.
+func TestSinkRunsConfirmEveryBatch(t *testing.T) {
+	f := newFixture(t, 3)
+	var log produceLog
+	f.c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		log.record(r)
+		time.Sleep(time.Millisecond)
+		return nil, nil, false
+	})
+	var quick int
+	s := New(f.addr, f.dial, 10*time.Second, nil, Runs(), OnQuick(func() { quick++ }))
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const per = 41
+	var wg sync.WaitGroup
+	results := make([][]Result, 3)
+	for p := int32(0); p < 3; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := s.Enqueue("t", [16]byte{}, p, f.batches(per/2, 0))
+			b := s.Enqueue("t", [16]byte{}, p, f.batches(per-per/2, per/2))
+			results[p] = append(a.Wait(ctx), b.Wait(ctx)...)
+		}()
+	}
+	wg.Wait()
+	for p, rs := range results {
+		for i, r := range rs {
+			if r.Err != nil || r.Answer.ErrorCode != 0 || r.Answer.BaseOffset != int64(i) {
+				t.Fatalf("partition %d batch %d: %v code %d at %d", p, i, r.Err, r.Answer.ErrorCode, r.Answer.BaseOffset)
+			}
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	run, quicks := 0, 0
+	for _, sr := range log.reqs {
+		if sr.seq < 0 {
+			continue
+		}
+		if sr.acks == 1 {
+			quicks++
+			if sr.seq == 0 {
+				t.Fatalf("the batch with sequence 0 went with acks=1")
+			}
+			if run++; run >= Depth {
+				t.Fatalf("%d batches of partition 0 in a row with acks=1 (at most %d)", run, Depth-1)
+			}
+			continue
+		}
+		run = 0
+	}
+	if run != 0 {
+		t.Fatalf("partition 0's last %d batches went with acks=1: nothing confirmed them", run)
+	}
+	if quicks == 0 || quick == 0 {
+		t.Fatalf("no batch went with acks=1 (%d requests, %d counted)", len(log.reqs), quick)
+	}
+	t.Logf("%d requests, %d of partition 0's %d batches with acks=1", len(log.reqs), quicks, per)
+}
+
+// A run whose confirming batch fails reports its acks=1 batches unconfirmed, not written:
+// the broker took them, but nothing says they are replicated.
+func TestSinkRunFailsUnconfirmed(t *testing.T) {
+	f := newFixture(t, 1)
+	var log produceLog
+	var failed sync.Once
+	f.c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		sr := log.record(r)
+		time.Sleep(time.Millisecond)
+		fail := false
+		if sr.acks == -1 && sr.seq > 0 {
+			failed.Do(func() { fail = true })
+		}
+		if !fail {
+			return nil, nil, false
+		}
+		req := r.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		resp.SetVersion(req.GetVersion())
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode, sp.BaseOffset = rp.Partition, 19, -1 // NOT_ENOUGH_REPLICAS
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	s := New(f.addr, f.dial, 10*time.Second, nil, Runs())
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rs := s.Send(ctx, "t", [16]byte{}, 0, f.batches(12, 0))
+
+	log.mu.Lock()
+	reqs := append([]sentReq(nil), log.reqs...)
+	log.mu.Unlock()
+	fail := -1 // the sequence of the refused acks=all batch
+	for _, sr := range reqs {
+		if sr.acks == -1 && sr.seq > 0 {
+			fail = int(sr.seq)
+			break
+		}
+	}
+	if fail < 0 {
+		t.Fatalf("no confirming batch was sent: %+v", reqs)
+	}
+	if r := rs[fail]; r.Answer.ErrorCode != 19 {
+		t.Fatalf("the refused batch %d: %v code %d", fail, r.Err, r.Answer.ErrorCode)
+	}
+	unconfirmed := 0
+	for i := 1; i < fail; i++ { // batch 0 went alone with acks=all
+		if !errors.Is(rs[i].Err, ErrUnconfirmed) {
+			t.Fatalf("batch %d, taken with acks=1 before the refused confirmation: %v code %d at %d, want unconfirmed", i, rs[i].Err, rs[i].Answer.ErrorCode, rs[i].Answer.BaseOffset)
+		}
+		unconfirmed++
+	}
+	if unconfirmed == 0 {
+		t.Fatalf("no batch went with acks=1 before the confirming one: %+v", reqs)
+	}
+	for i := fail + 1; i < len(rs); i++ {
+		if rs[i].Err == nil && rs[i].Answer.ErrorCode == 0 {
+			t.Fatalf("batch %d after the refused one reported written at %d", i, rs[i].Answer.BaseOffset)
+		}
+	}
+}
+
+// A waiter that gives up while the partition's earlier batches wait for a confirmation that
+// its own batches were to bring does not leave the earlier Send waiting forever.
+func TestSinkRunGivenUpBehind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for round := 0; round < 5; round++ {
+		f := newFixture(t, 1)
+		f.c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+			f.c.KeepControl()
+			if r.(*kmsg.ProduceRequest).Acks == -1 {
+				time.Sleep(50 * time.Millisecond) // replication is slow: acks=1 answers come first
+			}
+			return nil, nil, false
+		})
+		s := New(f.addr, f.dial, 10*time.Second, nil, Runs())
+		first := s.Send(ctx, "t", [16]byte{}, 0, f.batches(1, 0)) // sequence 0 goes alone
+		if r := first[0]; r.Err != nil || r.Answer.ErrorCode != 0 {
+			t.Fatalf("round %d, the first batch: %v %d", round, r.Err, r.Answer.ErrorCode)
+		}
+		a := s.Enqueue("t", [16]byte{}, 0, f.batches(3, 1))
+		b := s.Enqueue("t", [16]byte{}, 0, f.batches(3, 4))
+		gone, stop := context.WithTimeout(ctx, time.Duration(round*15)*time.Millisecond)
+		b.Wait(gone)
+		stop()
+		rs := a.Wait(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("round %d: the Send before the one given up never ended", round)
+		}
+		for k, r := range rs {
+			if r.Err != nil && !errors.Is(r.Err, ErrUnconfirmed) && !errors.Is(r.Err, ErrNotSent) {
+				t.Fatalf("round %d batch %d: %v", round, k, r.Err)
+			}
+		}
+		s.Close()
+	}
+}
