@@ -533,3 +533,63 @@ func TestSinkRunGivenUpBehind(t *testing.T) {
 		s.Close()
 	}
 }
+
+// With Runs, partitions written at once confirm together: a batch that must be confirmed waits
+// for the others' batches that need not, so most requests go with acks=1 and each acks=all
+// request confirms many partitions, not one.
+func TestSinkRunsLineUp(t *testing.T) {
+	const parts, per = 8, 40
+	f := newFixture(t, parts)
+	var mu sync.Mutex
+	var all, quick, batches int
+	f.c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		mu.Lock()
+		if req.Acks == 1 {
+			quick++
+		} else {
+			all++
+		}
+		for _, rt := range req.Topics {
+			batches += len(rt.Partitions)
+		}
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		return nil, nil, false
+	})
+	s := New(f.addr, f.dial, 10*time.Second, nil, Runs())
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for p := int32(0); p < parts; p++ { // sequence 0 goes alone, before the runs
+		if r := s.Send(ctx, "t", [16]byte{}, p, f.batches(1, 0))[0]; r.Err != nil || r.Answer.ErrorCode != 0 {
+			t.Fatalf("partition %d, first batch: %v %d", p, r.Err, r.Answer.ErrorCode)
+		}
+	}
+	mu.Lock()
+	all, quick, batches = 0, 0, 0
+	mu.Unlock()
+	// The partitions start one after the other, as writes arrive: their runs start out of step.
+	var qs []*Queued
+	for p := int32(0); p < parts; p++ {
+		qs = append(qs, s.Enqueue("t", [16]byte{}, p, f.batches(per, 1)))
+		time.Sleep(2 * time.Millisecond)
+	}
+	for p, q := range qs {
+		for i, r := range q.Wait(ctx) {
+			if r.Err != nil || r.Answer.ErrorCode != 0 || r.Answer.BaseOffset != int64(i+1) {
+				t.Fatalf("partition %d batch %d: %v code %d at %d", p, i, r.Err, r.Answer.ErrorCode, r.Answer.BaseOffset)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Lined up, a partition's five batches take four acks=1 requests and one acks=all shared by
+	// all: about a fifth of the requests wait for replication. Each partition on its own
+	// schedule would put a confirming batch in nearly every request.
+	if all*3 > all+quick {
+		t.Fatalf("%d of %d requests went with acks=all (%d batches): the partitions' confirmations are not lined up", all, all+quick, batches)
+	}
+	t.Logf("%d requests, %d with acks=all, %d batches", all+quick, all, batches)
+}
