@@ -772,8 +772,33 @@ func (m *meter) begin() {
 	m.busy0, m.stl0 = machineCPU()
 }
 
+// settle waits, up to 3 s, until offsetgate's count of writes stops moving: D shows a write's
+// records before offsetgate has its answer and counts the write (after the snapshot it may
+// take), so a phase that ends when D holds everything would leave its last writes to the next.
+func (m *meter) settle() {
+	count := func() float64 {
+		var n float64
+		for _, p := range m.procs {
+			if p.metrics != "" {
+				n += scrape(p.metrics)["offsetgate_mirror_write_seconds_count"]
+			}
+		}
+		return n
+	}
+	was := count()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(300 * time.Millisecond)
+		now := count()
+		if now == was {
+			return
+		}
+		was = now
+	}
+}
+
 // end ends a phase and returns its figures.
 func (m *meter) end() PartitionsPhase {
+	m.settle()
 	m.sample()
 	m.mu.Lock()
 	defer m.mu.Unlock()
