@@ -20,7 +20,6 @@ package sink
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/batch"
 	"offsetgate/wire"
 )
 
@@ -424,9 +424,18 @@ func (s *Sink) next() inflight {
 		confirm bool
 	}
 	var cands []cand
+	var queued map[tp]int // with Runs: a partition's Sends with batches still to send
+	if s.runs != nil {
+		queued = make(map[tp]int, len(s.jobs))
+		for _, j := range s.jobs {
+			if j.next < len(j.batches) {
+				queued[j.key]++
+			}
+		}
+	}
 	taken := map[tp]bool{} // partitions with a job met already: one batch each per request
 	quick, due := 0, false // with Runs: batches that may go with acks=1; a confirmation is overdue
-	for ji, j := range s.jobs {
+	for _, j := range s.jobs {
 		if taken[j.key] || j.next >= len(j.batches) {
 			continue
 		}
@@ -440,7 +449,10 @@ func (s *Sink) next() inflight {
 			if c.r != nil {
 				unconfirmed += c.r.flying + len(c.r.held)
 			}
-			c.confirm = unconfirmed >= Depth || !s.laterQueuedLocked(ji, j) || unsequenced(j.batches[j.next])
+			// A batch is the last queued of its partition unless its Send has more, or a later
+			// Send of the partition does (the first Send met is the earliest).
+			later := j.next+1 < len(j.batches) || queued[j.key] > 1
+			c.confirm = unconfirmed >= Depth || !later || unsequenced(j.batches[j.next])
 			if !c.confirm {
 				quick++
 			} else if c.r != nil && c.r.passed >= Depth-1 {
@@ -514,27 +526,13 @@ func (s *Sink) next() inflight {
 	return f
 }
 
-// laterQueuedLocked reports whether a batch of j's partition is queued behind j's next one.
-func (s *Sink) laterQueuedLocked(ji int, j *job) bool {
-	if j.next+1 < len(j.batches) {
-		return true
-	}
-	for _, q := range s.jobs[ji+1:] {
-		if q.key == j.key && q.next < len(q.batches) {
-			return true
-		}
-	}
-	return false
-}
-
 // unsequenced reports whether a batch cannot stand for the batches before it: one without a
 // producer id (the broker checks no sequence), or with sequence 0 (a broker that has lost
-// every batch of the producer takes it whatever came before). It is confirmed itself.
+// every batch of the producer takes it whatever came before). It is confirmed itself, and so
+// is a batch whose header does not read.
 func unsequenced(b []byte) bool {
-	if len(b) < 57 {
-		return true
-	}
-	return int64(binary.BigEndian.Uint64(b[43:])) < 0 || int32(binary.BigEndian.Uint32(b[53:])) <= 0
+	h, err := batch.ReadHeader(b)
+	return err != nil || h.ProducerID < 0 || h.BaseSequence <= 0
 }
 
 // answered hands each batch of a request its partition's answer.
