@@ -78,3 +78,31 @@ func TestAssemblySpare(t *testing.T) {
 		t.Fatal("an unused spare was kept")
 	}
 }
+
+// A client's frame that the connection's spare holds whole is read into it at once (no copy
+// when it outgrows a first chunk); a larger claim, or one with no spare, starts at firstChunk.
+func TestAssemblyFirstSize(t *testing.T) {
+	var a assembly
+	if got := a.firstSize(3<<20, false); got != firstChunk {
+		t.Fatalf("no spare: a 3 MiB claim got %d first", got)
+	}
+	if got := a.firstSize(3<<20, true); got != 3<<20 {
+		t.Fatalf("the destination's 3 MiB frame got %d first", got)
+	}
+	if got := a.firstSize(200<<10, false); got != 200<<10 {
+		t.Fatalf("a 200 KiB claim got %d first", got)
+	}
+	a.want = 3 << 20
+	a.buf = a.get(a.want) // the connection now keeps a spare of about 3 MiB
+	a.release()
+	if got := a.firstSize(3<<20, false); got != 3<<20 {
+		t.Fatalf("a 3 MiB claim the spare holds got %d first", got)
+	}
+	if b := a.get(a.firstSize(3<<20, false)); &b[:1][0] != &a.spare[:1][0] {
+		t.Fatal("a claim the spare holds was not given the spare")
+	}
+	a.release()
+	if got := a.firstSize(100<<20, false); got != firstChunk {
+		t.Fatalf("a 100 MiB claim beyond the spare got %d first", got)
+	}
+}
