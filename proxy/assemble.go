@@ -52,6 +52,10 @@ type assembly struct {
 	// are never pooled.
 	spare     []byte
 	spareUsed time.Time
+	// step, when above zero, bounds each read (a streamed frame is passed on in pieces that
+	// are still in the processor's cache), and onRead is called after every piece.
+	step   int
+	onRead func() error
 }
 
 // start takes a frame of want bytes whose first bytes sit in c's inbound buffer.
@@ -127,11 +131,17 @@ func (a *assembly) take(c gnet.Conn) {
 // once; reading on until EAGAIN cost a system call in every round.
 func (a *assembly) fill(c gnet.Conn) (bool, error) {
 	a.take(c)
+	if err := a.read(); err != nil {
+		return false, err
+	}
 	for len(a.buf) < a.want {
 		if len(a.buf) == cap(a.buf) {
 			a.grow(1)
 		}
 		ask := min(a.want, cap(a.buf)) - len(a.buf)
+		if a.step > 0 {
+			ask = min(ask, a.step)
+		}
 		n, err := unix.Read(c.Fd(), a.buf[len(a.buf):len(a.buf)+ask])
 		switch {
 		case errors.Is(err, unix.EAGAIN):
@@ -144,6 +154,9 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 			return false, fmt.Errorf("reading a %d-byte frame: %w", a.want, io.ErrUnexpectedEOF)
 		}
 		a.buf = a.buf[:len(a.buf)+n]
+		if err := a.read(); err != nil {
+			return false, err
+		}
 		if n < ask && len(a.buf) < a.want {
 			return false, nil
 		}
@@ -151,11 +164,19 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 	return true, nil
 }
 
+// read tells onRead that bytes arrived.
+func (a *assembly) read() error {
+	if a.onRead == nil {
+		return nil
+	}
+	return a.onRead()
+}
+
 // release gives back the buffer, to the pool or as the connection's spare; whoever was handed
 // the frame has copied what it keeps.
 func (a *assembly) release() {
 	a.giveBack(a.buf)
-	a.buf, a.want, a.trusted = nil, 0, false
+	a.buf, a.want, a.trusted, a.step, a.onRead = nil, 0, false, 0, nil
 }
 
 // holds reports whether b lies in the frame's buffer.
@@ -171,7 +192,7 @@ func (a *assembly) holds(b []byte) bool {
 // lend ends the frame without giving its buffer back: part of it is still to be written
 // upstream, and the writer gives the buffer back with giveBack when done.
 func (a *assembly) lend() {
-	a.buf, a.want, a.trusted = nil, 0, false
+	a.buf, a.want, a.trusted, a.step, a.onRead = nil, 0, false, 0, nil
 }
 
 // giveBack returns a pooled buffer to the pool; the spare (or one it replaced) stays out of it.

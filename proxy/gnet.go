@@ -55,11 +55,13 @@ type gnetClient struct {
 	// inFrame and upFrame are large frames being read from the client and the upstream (see
 	// assembly).
 	inFrame, upFrame assembly
-	log              *zap.Logger
-	ln               *listener
-	node             int32 // -1: bootstrap
-	ip               string
-	closed           bool
+	// stream is the client frame being passed upstream as it arrives (stream.go).
+	stream streamState
+	log    *zap.Logger
+	ln     *listener
+	node   int32 // -1: bootstrap
+	ip     string
+	closed bool
 	// side and err say who ended the connection and why, for the one log line.
 	side string
 	err  error
@@ -372,11 +374,15 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			}
 			used, err := cl.sess.HandleClient(cl.inFrame.buf)
 			if err != nil {
+				cl.noteCut(err)
 				return cl.fail("client", err)
 			}
 			if used == 0 {
 				break // paused: the frame waits here until the session resumes
 			}
+			// A streamed frame is finished now, or waits in the session's copy for its
+			// asynchronous step (FinishStream).
+			cl.stream.reading = false
 			if cl.directBuf != nil && cl.inFrame.holds(cl.directBuf) {
 				cl.inFrame.lend() // its rest is still to be written: flushDirect gives it back
 			} else {
@@ -400,7 +406,14 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			if want < largeFrame {
 				break
 			}
+			streamed := cl.startStream(cl.c, want)
 			cl.inFrame.start(cl.c, want, false)
+			if streamed {
+				cl.inFrame.step, cl.inFrame.onRead = streamStep, cl.streamOut
+				if err := cl.streamOut(); err != nil {
+					return cl.fail("upstream", fmt.Errorf("writing a request: %w", err))
+				}
+			}
 			continue
 		}
 		buf, _ := cl.c.Peek(-1)
@@ -601,7 +614,10 @@ func (cl *gnetClient) failClient(side string, err error) {
 // session.Conn
 
 // Close is called from a Post callback, on the connection's event loop.
-func (cl *gnetClient) Close(err error) { cl.failClient("client", err) }
+func (cl *gnetClient) Close(err error) {
+	cl.noteCut(err)
+	cl.failClient("client", err)
+}
 
 func (cl *gnetClient) WriteClient(b []byte) {
 	if !cl.closed {
@@ -619,6 +635,10 @@ func (cl *gnetClient) WriteClientv(bs [][]byte) {
 
 // WriteUpstream sends to the upstream broker, dialing it at the first request.
 func (cl *gnetClient) WriteUpstream(b []byte) {
+	if cl.stream.on {
+		cl.failClient("client", errStreamOrder)
+		return
+	}
 	if cl.up != nil {
 		switch {
 		case cl.closed:

@@ -31,6 +31,8 @@ type metrics struct {
 	memoryReleases prometheus.Counter
 	refused        *prometheus.CounterVec
 	upstreamDials  prometheus.Counter
+	streamed       prometheus.Counter
+	streamCuts     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
@@ -58,6 +60,10 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Client connections closed at once because they were over a connection limit, by limit."}, []string{"limit"}),
 		upstreamDials: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_connections_total",
 			Help: "Connections to destination brokers opened for clients (each at its client's first request that goes upstream)."}),
+		streamed: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_requests_streamed_total",
+			Help: "Large Produce requests passed to the destination as they arrived, their last byte sent once judged (gnet transport)."}),
+		streamCuts: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_streamed_requests_cut_total",
+			Help: "Streamed requests judged not to go on unchanged: the connection was closed before their last byte, so nothing of them was written; the client's next requests are judged whole first."}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_requests_total", Help: "Client requests, by api."}, []string{"api"})
 	reqBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_request_bytes_total", Help: "Client request bytes, by api."}, []string{"api"})
@@ -83,7 +89,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
 	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.backlogHolds, m.directRests, m.bufferHigh, m.inFlight,
-		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, reqs, reqBytes, respBytes, lat, rw, la, wt)
+		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, m.streamed, m.streamCuts, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }
 

@@ -63,6 +63,7 @@ type Server struct {
 	budget     *budget
 	climits    connLimits
 	pollWarned atomic.Bool
+	cut        *cutClients // clients whose streamed request was cut (stream.go)
 
 	mu         sync.Mutex
 	listeners  map[brokerListener]net.Listener // broker listeners, by listener and node id
@@ -98,7 +99,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[brokerListener]net.Listener{}, conns: map[*netClient]struct{}{}, ready: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), listeners: map[brokerListener]net.Listener{}, conns: map[*netClient]struct{}{}, ready: make(chan struct{}), cut: newCutClients()}
 	s.metrics = newMetrics(s.reg, func() float64 { return float64(s.inFlight.Load()) })
 	s.budget = newBudget(cfg.Limits.MaxHeldBytes, s.metrics.budgetPauses)
 	registerBudget(s.reg, s.budget)

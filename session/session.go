@@ -205,6 +205,9 @@ type Session struct {
 	closing error
 
 	blocked bool // an async request is pending: take no more client requests
+	// streamNext: the next client frame is being streamed (stream.go); streamWaiting: a
+	// streamed request's asynchronous step is running, its end not yet sent.
+	streamNext, streamWaiting bool
 	// writes is the number of produce-at-offset writes running while the connection goes on
 	// (overlap.go), writing their partitions.
 	writes     int
@@ -369,10 +372,21 @@ func (s *Session) HandleClient(buf []byte) (int, error) {
 			// Taken once the writes before it are done (their finish resumes the connection).
 			break
 		}
+		streamed := s.streamNext
 		out, asIs, err := s.request(frame)
 		if err != nil {
 			flushFwd(off)
 			return off, err
+		}
+		if streamed {
+			flushFwd(off)
+			if !s.streamWaiting {
+				if err := s.streamedOutcome(frame, asIs); err != nil {
+					return off, err
+				}
+			}
+			off += 4 + size
+			continue
 		}
 		switch {
 		case asIs:
@@ -420,6 +434,7 @@ type request struct {
 	reserved bool
 	seq      uint64
 
+	streamed bool         // its start is already on its way upstream (stream.go)
 	req      kmsg.Request // the decoded body (judge.go)
 	lookedUp bool         // the decision's needs were fetched from the destination
 	detached bool         // frame and body are the request's own copy
@@ -453,7 +468,8 @@ func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 		}
 		s.admitted = true
 	}
-	r := &request{h: h, frame: frame, body: p[h.bodyOff:], magic: h.magic}
+	r := &request{h: h, frame: frame, body: p[h.bodyOff:], magic: h.magic, streamed: s.streamNext}
+	s.streamNext = false
 	hd := handlerFor(h.key)
 	if hd != nil && hd.isActive(s) {
 		if err := s.judge(hd, r); err != nil {
@@ -546,6 +562,9 @@ func (s *Session) startAsync(sl slot, r *request) {
 	default:
 		s.blocked = true
 	}
+	if r.streamed {
+		s.streamWaiting = true
+	}
 	ctx := s.ctx
 	go func() {
 		wait := s.cfg.WaitTimeout
@@ -579,6 +598,17 @@ func (s *Session) startAsync(sl slot, r *request) {
 				s.blocked = false
 			}
 			out := s.complete(sl, r)
+			if r.streamed {
+				s.streamWaiting = false
+				if err := s.streamedOutcome(r.frame, out == nil && r.answer == nil && !r.drop); err != nil {
+					s.closed = true
+					s.conn.Close(err)
+					return
+				}
+				s.flush()
+				s.conn.Resume()
+				return
+			}
 			switch {
 			case out != nil:
 				s.conn.WriteUpstream(out)

@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"errors"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/panjf2000/gnet/v2"
+
+	"offsetgate/session"
+)
+
+// Streamed requests (session.StartStream): a large Produce request is passed to the broker as
+// it arrives, all but its last byte, and finished once the session forwarded it unchanged.
+
+// streamStep is the most of a streamed frame read at once: pieces this size are passed on
+// while they are still in the processor's cache.
+const streamStep = 256 << 10
+
+// errStreamOrder closes a connection where something else was to go upstream while a streamed
+// frame was unfinished; the session never does that (a safety net: the broker would read the
+// bytes as the frame's rest).
+var errStreamOrder = errors.New("a request was to be forwarded while a streamed one was unfinished")
+
+// streamState is the client frame being streamed, if any.
+type streamState struct {
+	on      bool // its rest is still to be sent (FinishStream)
+	reading bool // it is still being read into the connection's frame buffer
+	sent    int  // its bytes written to the upstream
+	size    int  // its whole length
+}
+
+// cutClients remembers the clients (address and client id) whose streamed request was cut, so
+// that their next requests are judged whole before anything is forwarded and a refusal reaches
+// them as an answer with its error and message rather than as a closed connection.
+type cutClients struct {
+	lru *lru.Cache[string, time.Time] // when each was cut; bounded, so forgetting is safe
+}
+
+// cutMemory is how long a client whose streamed request was cut is not streamed again.
+const cutMemory = 10 * time.Minute
+
+func newCutClients() *cutClients {
+	c, _ := lru.New[string, time.Time](4096) // fails only for a size below 1
+	return &cutClients{lru: c}
+}
+
+func (c *cutClients) add(ip, clientID string) { c.lru.Add(ip+"\x00"+clientID, time.Now()) }
+
+func (c *cutClients) has(ip, clientID string) bool {
+	at, ok := c.lru.Get(ip + "\x00" + clientID)
+	return ok && time.Since(at) < cutMemory
+}
+
+// startStream decides, at the start of a large client frame whose first bytes are in c's
+// inbound buffer, whether it is streamed.
+func (cl *gnetClient) startStream(c gnet.Conn, want int) bool {
+	if cl.up == nil || cl.stream.on || len(cl.pendingUp) > 0 || len(cl.direct) > 0 || cl.t.watch == nil ||
+		cl.backlogged() || cl.t.srv.cut.has(cl.ip, cl.sess.ClientID()) {
+		return false
+	}
+	prefix, err := c.Peek(min(c.InboundBuffered(), 4<<10))
+	if err != nil || !cl.sess.StartStream(prefix) {
+		return false
+	}
+	cl.stream = streamState{on: true, reading: true, size: want}
+	cl.t.srv.metrics.streamed.Inc()
+	return true
+}
+
+// streamOut writes what arrived of the streamed frame, all but its last byte, as far as the
+// upstream's socket takes it directly; the rest waits in the frame buffer (FinishStream).
+func (cl *gnetClient) streamOut() error {
+	if !cl.stream.reading || cl.up == nil || cl.up.OutboundBuffered() > 0 || len(cl.direct) > 0 {
+		return nil
+	}
+	end := min(len(cl.inFrame.buf), cl.stream.size-1)
+	if end <= cl.stream.sent {
+		return nil
+	}
+	n, err := writeFD(cl.up.Fd(), cl.inFrame.buf[cl.stream.sent:end])
+	cl.stream.sent += n
+	return err
+}
+
+// FinishStream sends the streamed frame's rest (session.StreamConn).
+func (cl *gnetClient) FinishStream(frame []byte) {
+	if !cl.stream.on || len(frame) != cl.stream.size {
+		cl.failClient("client", errStreamOrder)
+		return
+	}
+	rest := frame[cl.stream.sent:]
+	cl.stream = streamState{}
+	cl.WriteUpstream(rest)
+}
+
+// noteCut counts a connection ended because its streamed request was cut, and remembers the
+// client.
+func (cl *gnetClient) noteCut(err error) {
+	if errors.Is(err, session.ErrStreamCut) {
+		cl.t.srv.metrics.streamCuts.Inc()
+		cl.t.srv.cut.add(cl.ip, cl.sess.ClientID())
+	}
+}

@@ -1,0 +1,115 @@
+package proxy_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/catalog"
+	"offsetgate/internal/testkafka"
+	"offsetgate/rules"
+)
+
+// A large Produce request is passed to the broker as it arrives (gnet), its last byte held until
+// it is judged. One judged not to go on unchanged (here: a write to offsetgate's own topic) is
+// cut: the connection closes before the broker has the whole request, so nothing of it is
+// written; the same client's next attempt is judged whole first and answered with the refusal.
+func TestStreamedRequestCut(t *testing.T) {
+	pair := testkafka.Shared(t)
+	d := pair.Dest
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startProxy(t, d, "gnet", nil)
+	leader, _, err := d.Leader(ctx, catalog.MarksTopic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := d.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	end := func() int64 {
+		t.Helper()
+		o, err := adm.ListEndOffsets(ctx, catalog.MarksTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, ok := o.Lookup(catalog.MarksTopic, 0)
+		if !ok || lo.Err != nil {
+			t.Fatalf("end offset of %s: %v", catalog.MarksTopic, lo.Err)
+		}
+		return lo.Offset
+	}
+	before := end()
+	value := make([]byte, 600<<10)
+	_, _ = rand.Read(value)
+	frame := func(corr int32) []byte {
+		return kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw-test")).AppendRequest(nil,
+			produceOne(7, catalog.MarksTopic, batchOf(value), 10000), corr)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader))
+
+	raw := dialRaw(t, addr)
+	// As a client starts: a connection is admitted at its first request, and its upstream
+	// connection dialed at the first that goes there; a request before that is read whole.
+	hello := func(r *rawConn) {
+		md := kmsg.NewPtrMetadataRequest()
+		md.SetVersion(9)
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(catalog.MarksTopic)
+		md.Topics = append(md.Topics, mt)
+		r.roundTrip(md, kmsg.NewPtrMetadataResponse())
+	}
+	hello(raw)
+	f := frame(2)
+	// In pieces, so that most of the request is on its way before its end arrives.
+	for _, piece := range [][]byte{f[:200<<10], f[200<<10 : len(f)-10], f[len(f)-10:]} {
+		if _, err := raw.c.Write(piece); err != nil {
+			break // closed by offsetgate: what the test expects
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if resp, err := raw.readFrame(); err == nil {
+		t.Fatalf("a refused streamed request was answered (%d bytes) instead of cut", len(resp))
+	}
+	if got := p.waitMetric(t, "offsetgate_requests_streamed_total", nil, 1); got < 1 {
+		t.Fatalf("the request was not streamed (offsetgate_requests_streamed_total %v): the test proves nothing", got)
+	}
+	if got := p.waitMetric(t, "offsetgate_streamed_requests_cut_total", nil, 1); got != 1 {
+		t.Fatalf("offsetgate_streamed_requests_cut_total = %v, want 1", got)
+	}
+	time.Sleep(500 * time.Millisecond) // a write the broker took would show by now
+	if after := end(); after != before {
+		t.Fatalf("%s grew from %d to %d: the cut request was written", catalog.MarksTopic, before, after)
+	}
+
+	// The client's next attempt is judged whole and refused with its error.
+	raw2 := dialRaw(t, addr)
+	hello(raw2)
+	resp := kmsg.NewPtrProduceResponse()
+	resp.SetVersion(7)
+	if _, err := raw2.c.Write(frame(2)); err != nil {
+		t.Fatal(err)
+	}
+	body, err := raw2.readFrame()
+	if err != nil {
+		t.Fatalf("the retry after a cut was not answered: %v", err)
+	}
+	if err := resp.ReadFrom(body[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != rules.ErrTopicAuthorization {
+		t.Fatalf("the retry was answered with error code %d, want %d", code, rules.ErrTopicAuthorization)
+	}
+	if got := p.metric(t, "offsetgate_requests_streamed_total", nil); got != 1 {
+		t.Fatalf("the retry was streamed too (offsetgate_requests_streamed_total %v)", got)
+	}
+	if after := end(); after != before {
+		t.Fatalf("%s grew from %d to %d", catalog.MarksTopic, before, after)
+	}
+}
