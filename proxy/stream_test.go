@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -45,6 +46,50 @@ func TestStreamedRequestCut(t *testing.T) {
 		}
 		return lo.Offset
 	}
+	// First a request that goes on unchanged: streamed, finished, and written byte for byte.
+	topic, plain := topicAtLeader(ctx, t, d, p, "streamed")
+	hello := func(r *rawConn, topic string) {
+		md := kmsg.NewPtrMetadataRequest()
+		md.SetVersion(9)
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(topic)
+		md.Topics = append(md.Topics, mt)
+		r.roundTrip(md, kmsg.NewPtrMetadataResponse())
+	}
+	hello(plain, topic)
+	sent := make([]byte, 900<<10)
+	_, _ = rand.Read(sent)
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw-test")).AppendRequest(nil, produceOne(7, topic, batchOf(sent), 10000), 2)
+	plain.corr = 2
+	for _, piece := range [][]byte{f[:300<<10], f[300<<10 : 600<<10], f[600<<10:]} {
+		if _, err := plain.c.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pr := kmsg.NewPtrProduceResponse()
+	pr.SetVersion(7)
+	if err := pr.ReadFrom(plain.answer(1, 2)[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if code := pr.Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("streamed produce: error code %d", code)
+	}
+	if got := p.metric(t, "offsetgate_requests_streamed_total", nil); got != 1 {
+		t.Fatalf("offsetgate_requests_streamed_total = %v after one large request, want 1", got)
+	}
+	freq := fetchOne(11, topic, 500, 8<<20)
+	fresp := kmsg.NewPtrFetchResponse()
+	plain.roundTrip(freq, fresp)
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(fresp.Topics[0].Partitions[0].RecordBatches); err != nil {
+		t.Fatal(err)
+	}
+	var r kmsg.Record
+	if err := r.ReadFrom(rb.Records); err != nil || !bytes.Equal(r.Value, sent) {
+		t.Fatalf("the streamed record did not come back byte for byte (%v)", err)
+	}
+
 	before := end()
 	value := make([]byte, 600<<10)
 	_, _ = rand.Read(value)
@@ -57,16 +102,8 @@ func TestStreamedRequestCut(t *testing.T) {
 	raw := dialRaw(t, addr)
 	// As a client starts: a connection is admitted at its first request, and its upstream
 	// connection dialed at the first that goes there; a request before that is read whole.
-	hello := func(r *rawConn) {
-		md := kmsg.NewPtrMetadataRequest()
-		md.SetVersion(9)
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(catalog.MarksTopic)
-		md.Topics = append(md.Topics, mt)
-		r.roundTrip(md, kmsg.NewPtrMetadataResponse())
-	}
-	hello(raw)
-	f := frame(2)
+	hello(raw, catalog.MarksTopic)
+	f = frame(2)
 	// In pieces, so that most of the request is on its way before its end arrives.
 	for _, piece := range [][]byte{f[:200<<10], f[200<<10 : len(f)-10], f[len(f)-10:]} {
 		if _, err := raw.c.Write(piece); err != nil {
@@ -77,7 +114,7 @@ func TestStreamedRequestCut(t *testing.T) {
 	if resp, err := raw.readFrame(); err == nil {
 		t.Fatalf("a refused streamed request was answered (%d bytes) instead of cut", len(resp))
 	}
-	if got := p.waitMetric(t, "offsetgate_requests_streamed_total", nil, 1); got < 1 {
+	if got := p.waitMetric(t, "offsetgate_requests_streamed_total", nil, 2); got < 2 {
 		t.Fatalf("the request was not streamed (offsetgate_requests_streamed_total %v): the test proves nothing", got)
 	}
 	if got := p.waitMetric(t, "offsetgate_streamed_requests_cut_total", nil, 1); got != 1 {
@@ -90,7 +127,7 @@ func TestStreamedRequestCut(t *testing.T) {
 
 	// The client's next attempt is judged whole and refused with its error.
 	raw2 := dialRaw(t, addr)
-	hello(raw2)
+	hello(raw2, catalog.MarksTopic)
 	resp := kmsg.NewPtrProduceResponse()
 	resp.SetVersion(7)
 	if _, err := raw2.c.Write(frame(2)); err != nil {
@@ -106,7 +143,7 @@ func TestStreamedRequestCut(t *testing.T) {
 	if code := resp.Topics[0].Partitions[0].ErrorCode; code != rules.ErrTopicAuthorization {
 		t.Fatalf("the retry was answered with error code %d, want %d", code, rules.ErrTopicAuthorization)
 	}
-	if got := p.metric(t, "offsetgate_requests_streamed_total", nil); got != 1 {
+	if got := p.metric(t, "offsetgate_requests_streamed_total", nil); got != 2 {
 		t.Fatalf("the retry was streamed too (offsetgate_requests_streamed_total %v)", got)
 	}
 	if after := end(); after != before {
