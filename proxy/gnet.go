@@ -411,7 +411,7 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			if streamed {
 				cl.inFrame.step, cl.inFrame.onRead = streamStep, cl.streamOut
 				if err := cl.streamOut(); err != nil {
-					return cl.fail("upstream", fmt.Errorf("writing a request: %w", err))
+					return cl.fail("upstream", err)
 				}
 			}
 			continue

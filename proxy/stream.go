@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -80,7 +81,10 @@ func (cl *gnetClient) streamOut() error {
 	}
 	n, err := writeFD(cl.up.Fd(), cl.inFrame.buf[cl.stream.sent:end])
 	cl.stream.sent += n
-	return err
+	if err != nil {
+		return fmt.Errorf("writing a streamed request to the broker: %w", err)
+	}
+	return nil
 }
 
 // FinishStream sends the streamed frame's rest (session.StreamConn).
