@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
+	"offsetgate/internal/realclients"
 	"offsetgate/internal/testkafka"
 	"offsetgate/rules"
 )
@@ -148,5 +150,48 @@ func TestStreamedRequestCut(t *testing.T) {
 	}
 	if after := end(); after != before {
 		t.Fatalf("%s grew from %d to %d", catalog.MarksTopic, before, after)
+	}
+}
+
+// The Java client and librdkafka, producing in batches of up to 1 MiB through gnet, have their
+// large requests streamed, none cut, and every record lands.
+func TestStreamedRealClients(t *testing.T) {
+	pair := testkafka.Shared(t)
+	d := pair.Dest
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := startProxy(t, d, "gnet", nil)
+	topic := testkafka.Names(t, "streamed-clients")
+	if err := d.CreateTopic(ctx, topic, 4, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	const javaRecords, kcatRecords = 60000, 20000
+	if err := realclients.JavaProducePerf(ctx, p.addr, topic, javaRecords, 1024); err != nil {
+		t.Fatal(err)
+	}
+	java := p.metric(t, "offsetgate_requests_streamed_total", nil)
+	if err := realclients.KcatProduceLarge(ctx, p.addr, topic, kcatRecords, 1024); err != nil {
+		t.Fatal(err)
+	}
+	all := p.metric(t, "offsetgate_requests_streamed_total", nil)
+	if java < 1 || all <= java {
+		t.Fatalf("streamed requests: %v from the Java client, %v from kcat; want some from each", java, all-java)
+	}
+	if cut := p.metric(t, "offsetgate_streamed_requests_cut_total", nil); cut != 0 {
+		t.Fatalf("%v streamed requests cut", cut)
+	}
+	adm, err := d.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	if total != javaRecords+kcatRecords {
+		t.Fatalf("the destination holds %d records, want %d", total, javaRecords+kcatRecords)
 	}
 }

@@ -303,3 +303,31 @@ func parseLine(line string) (r Record, ok bool, err error) {
 	}
 	return Record{Partition: int32(p), Offset: o, Epoch: int32(e), Key: f[3], Value: f[4]}, true, nil
 }
+
+// JavaProducePerf writes count records of size bytes with Kafka's own producer benchmark
+// (org.apache.kafka.tools.ProducerPerformance, the Java client, acks=all) in batches of up to 1
+// MiB: Produce requests of several hundred KiB each.
+func JavaProducePerf(ctx context.Context, bootstrap, topic string, count, size int) error {
+	libs, err := testkafka.LibsDir()
+	if err != nil {
+		return err
+	}
+	_, err = run(ctx, javaBin(), "-Xmx256m", "-cp", filepath.Join(libs, "*"), "org.apache.kafka.tools.ProducerPerformance",
+		"--topic", topic, "--num-records", strconv.Itoa(count), "--record-size", strconv.Itoa(size), "--throughput", "-1",
+		"--producer-props", "bootstrap.servers="+bootstrap, "acks=all", "batch.size=1048576", "linger.ms=20")
+	return err
+}
+
+// KcatProduceLarge writes count records of size bytes with kcat (librdkafka) in batches of up
+// to 1 MB, lingering 50 ms: Produce requests of several hundred KiB each.
+func KcatProduceLarge(ctx context.Context, bootstrap, topic string, count, size int) error {
+	line := strings.Repeat("x", size-1) + "\n"
+	cmd := exec.CommandContext(ctx, "kcat", "-P", "-b", bootstrap, "-t", topic, "-X", "acks=all", "-X", "linger.ms=50",
+		"-X", "batch.size=1000000", "-X", "batch.num.messages=100000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stdin = strings.NewReader(strings.Repeat(line, count))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kcat produce: %w: %s", err, out)
+	}
+	return nil
+}
