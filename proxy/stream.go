@@ -46,18 +46,21 @@ func newCutClients() *cutClients {
 	return &cutClients{lru: c}
 }
 
-func (c *cutClients) add(ip, clientID string) { c.lru.Add(ip+"\x00"+clientID, time.Now()) }
+func cutKey(ip, clientID string) string { return ip + "\x00" + clientID }
+
+func (c *cutClients) add(ip, clientID string) { c.lru.Add(cutKey(ip, clientID), time.Now()) }
 
 func (c *cutClients) has(ip, clientID string) bool {
-	at, ok := c.lru.Get(ip + "\x00" + clientID)
+	at, ok := c.lru.Get(cutKey(ip, clientID))
 	return ok && time.Since(at) < cutMemory
 }
 
 // startStream decides, at the start of a large client frame whose first bytes are in c's
 // inbound buffer, whether it is streamed.
 func (cl *gnetClient) startStream(c gnet.Conn, want int) bool {
-	if cl.up == nil || cl.stream.on || len(cl.pendingUp) > 0 || len(cl.direct) > 0 || cl.t.watch == nil ||
-		cl.backlogged() || cl.t.srv.cut.has(cl.ip, cl.sess.ClientID()) {
+	// backlogged covers a request rest still waiting for the broker's socket (cl.direct).
+	if cl.up == nil || cl.stream.on || len(cl.pendingUp) > 0 || cl.t.watch == nil || cl.backlogged() ||
+		cl.t.srv.cut.has(cl.ip, cl.sess.ClientID()) {
 		return false
 	}
 	prefix, err := c.Peek(min(c.InboundBuffered(), 4<<10))
