@@ -56,6 +56,9 @@ type assembly struct {
 	// are still in the processor's cache), and onRead is called after every piece.
 	step   int
 	onRead func() error
+	// tight: the frame shrinks while it is read (a compacted streamed request): it gets no
+	// more room than it holds, doubling, and never the spare's whole size at once.
+	tight bool
 }
 
 // start takes a frame of want bytes whose first bytes sit in c's inbound buffer.
@@ -71,7 +74,7 @@ func (a *assembly) start(c gnet.Conn, want int, trusted bool) {
 // of a few MiB each paid a copy of every request's first MiB (a tenth of offsetgate's CPU
 // producing to 16 partitions).
 func (a *assembly) firstSize(want int, trusted bool) int {
-	if trusted || (want > keptFrame && cap(a.spare) >= want) {
+	if trusted || (want > keptFrame && cap(a.spare) >= want && !a.tight) {
 		return want
 	}
 	return min(want, firstChunk)
@@ -101,7 +104,10 @@ func (a *assembly) dropSpare(cutoff time.Time) {
 // grow makes room for need more bytes of the frame, and more (see firstChunk).
 func (a *assembly) grow(need int) {
 	size := a.want
-	if !a.trusted {
+	switch {
+	case a.tight:
+		size = min(a.want, max(len(a.buf)+need, 2*len(a.buf), firstChunk))
+	case !a.trusted:
 		size = min(a.want, max(len(a.buf)+need, 8*len(a.buf), firstChunk))
 	}
 	nb := a.get(size)[:len(a.buf)]
@@ -176,7 +182,7 @@ func (a *assembly) read() error {
 // the frame has copied what it keeps.
 func (a *assembly) release() {
 	a.giveBack(a.buf)
-	a.buf, a.want, a.trusted, a.step, a.onRead = nil, 0, false, 0, nil
+	a.buf, a.want, a.trusted, a.step, a.onRead, a.tight = nil, 0, false, 0, nil, false
 }
 
 // holds reports whether b lies in the frame's buffer.
@@ -192,7 +198,7 @@ func (a *assembly) holds(b []byte) bool {
 // lend ends the frame without giving its buffer back: part of it is still to be written
 // upstream, and the writer gives the buffer back with giveBack when done.
 func (a *assembly) lend() {
-	a.buf, a.want, a.trusted, a.step, a.onRead = nil, 0, false, 0, nil
+	a.buf, a.want, a.trusted, a.step, a.onRead, a.tight = nil, 0, false, 0, nil, false
 }
 
 // giveBack returns a pooled buffer to the pool; the spare (or one it replaced) stays out of it.

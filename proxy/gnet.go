@@ -407,6 +407,7 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 				break
 			}
 			streamed := cl.startStream(cl.c, want)
+			cl.inFrame.tight = streamed && cl.stream.compact
 			cl.inFrame.start(cl.c, want, false)
 			if streamed {
 				cl.inFrame.step, cl.inFrame.onRead = streamStep, cl.streamOut

@@ -33,6 +33,7 @@ type metrics struct {
 	upstreamDials  prometheus.Counter
 	streamed       prometheus.Counter
 	streamCuts     prometheus.Counter
+	streamDropped  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
@@ -64,6 +65,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Large Produce requests passed to the destination as they arrived, their last byte sent once judged (gnet transport)."}),
 		streamCuts: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_streamed_requests_cut_total",
 			Help: "Streamed requests judged not to go on unchanged: the connection was closed before their last byte, so nothing of them was written; the client's next requests are judged whole first."}),
+		streamDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_streamed_bytes_dropped_total",
+			Help: "Record-set bytes of streamed Produce requests dropped from memory once sent to the broker, before the request was whole."}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_requests_total", Help: "Client requests, by api."}, []string{"api"})
 	reqBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_request_bytes_total", Help: "Client request bytes, by api."}, []string{"api"})
@@ -89,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
 	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.backlogHolds, m.directRests, m.bufferHigh, m.inFlight,
-		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, m.streamed, m.streamCuts, reqs, reqBytes, respBytes, lat, rw, la, wt)
+		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, m.streamed, m.streamCuts, m.streamDropped, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }
 

@@ -7,6 +7,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/panjf2000/gnet/v2"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/session"
 )
@@ -29,7 +30,20 @@ type streamState struct {
 	reading bool // it is still being read into the connection's frame buffer
 	sent    int  // its bytes written to the upstream
 	size    int  // its whole length
+	// compact: its record sets are dropped from the frame buffer once sent (compactStream);
+	// sizes and offsets above count the frame as it is held, the dropped bytes left out.
+	compact bool
+	dropped int // bytes dropped so far
 }
+
+// compactFrom is the size from which a streamed request's record sets are dropped once sent:
+// a smaller one fits a pooled buffer, and dropping would save little.
+const compactFrom = keptFrame
+
+// compactCap bounds what a compacted request may hold besides its unsent bytes: topics and
+// partitions, decoded again at every piece; a request made of more than that (a client sending
+// megabytes of partition headers) is held whole from there on, as one not compacted.
+const compactCap = 2 << 20
 
 // cutClients remembers the clients (address and client id) whose streamed request was cut, so
 // that their next requests are judged whole before anything is forwarded and a refusal reaches
@@ -67,7 +81,7 @@ func (cl *gnetClient) startStream(c gnet.Conn, want int) bool {
 	if err != nil || !cl.sess.StartStream(prefix) {
 		return false
 	}
-	cl.stream = streamState{on: true, reading: true, size: want}
+	cl.stream = streamState{on: true, reading: true, size: want, compact: want > compactFrom}
 	cl.t.srv.metrics.streamed.Inc()
 	return true
 }
@@ -87,7 +101,35 @@ func (cl *gnetClient) streamOut() error {
 	if err != nil {
 		return fmt.Errorf("writing a streamed request to the broker: %w", err)
 	}
+	cl.compactStream()
 	return nil
+}
+
+// compactStream drops the record sets of the streamed request that are sent already from its
+// buffer (session.CompactProduce), so that a Produce request of megabytes costs about one
+// record set of memory while it is read and judged, not its whole size: producing to 16
+// partitions, each connection held requests of 7-8 MiB. The frame's claimed size, the bytes
+// still to read and the bytes sent shrink by what was dropped; what is still to be sent is
+// never touched (the dropped bytes all lie before the sent mark).
+func (cl *gnetClient) compactStream() {
+	if !cl.stream.compact || cl.stream.sent < 4 {
+		return
+	}
+	a := &cl.inFrame
+	out, removed, ok := session.CompactProduce(a.buf, cl.stream.sent)
+	if !ok || len(out)-(cl.stream.sent-removed) > compactCap {
+		cl.stream.compact = false
+	}
+	if removed == 0 {
+		return
+	}
+	a.buf, a.want = out, a.want-removed
+	cl.stream.sent -= removed
+	cl.stream.size -= removed
+	cl.stream.dropped += removed
+	cl.t.srv.metrics.streamDropped.Add(float64(removed))
+	// The session counts the request's bytes from the frame it is handed: these are not in it.
+	cl.t.srv.metrics.requestBytes[idx(int16(kmsg.Produce))].Add(float64(removed))
 }
 
 // FinishStream sends the streamed frame's rest (session.StreamConn).

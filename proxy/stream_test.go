@@ -195,3 +195,108 @@ func TestStreamedRealClients(t *testing.T) {
 		t.Fatalf("the destination holds %d records, want %d", total, javaRecords+kcatRecords)
 	}
 }
+
+// A streamed Produce request of megabytes is not held whole: each record set, once sent to the
+// broker, is dropped from offsetgate's buffer (its topics and partitions are all the judge
+// reads). The request still reaches the destination byte for byte, in the two encodings of
+// Produce (v7: fixed-width lengths; v9: flexible), and the bytes dropped are counted.
+func TestStreamedRequestCompacted(t *testing.T) {
+	pair := testkafka.Shared(t)
+	d := pair.Dest
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startProxy(t, d, "gnet", nil)
+	topic := testkafka.Names(t, "compacted")
+	if err := d.CreateTopic(ctx, topic, 8, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	byLeader := map[int32][]int32{}
+	var leader int32
+	for part := int32(0); part < 8; part++ {
+		l, _, err := d.Leader(ctx, topic, part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byLeader[l] = append(byLeader[l], part)
+		if len(byLeader[l]) > len(byLeader[leader]) {
+			leader = l
+		}
+	}
+	parts := byLeader[leader]
+	if len(parts) < 2 {
+		t.Fatalf("partitions by leader %v: the test needs two on one broker", byLeader)
+	}
+	raw := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(9)
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	md.Topics = append(md.Topics, mt)
+	raw.roundTrip(md, kmsg.NewPtrMetadataResponse())
+
+	values := map[int32][][]byte{}
+	for round, version := range []int16{7, 9} {
+		req := kmsg.NewPtrProduceRequest()
+		req.SetVersion(version)
+		req.Acks, req.TimeoutMillis = -1, 10000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = topic
+		for _, part := range parts {
+			v := make([]byte, 900<<10)
+			_, _ = rand.Read(v)
+			values[part] = append(values[part], v)
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Partition, rp.Records = part, batchOf(v)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		raw.corr++
+		f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw-test")).AppendRequest(nil, req, raw.corr)
+		for off := 0; off < len(f); off += 200 << 10 {
+			if _, err := raw.c.Write(f[off:min(len(f), off+200<<10)]); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		pr := kmsg.NewPtrProduceResponse()
+		pr.SetVersion(version)
+		body := raw.answer(round+2, raw.corr)[4:]
+		if version >= 9 {
+			body = skipTagsTest(t, body)
+		}
+		if err := pr.ReadFrom(body); err != nil {
+			t.Fatal(err)
+		}
+		for _, pp := range pr.Topics[0].Partitions {
+			if pp.ErrorCode != 0 {
+				t.Fatalf("v%d partition %d: error code %d", version, pp.Partition, pp.ErrorCode)
+			}
+		}
+		if got := p.metric(t, "offsetgate_requests_streamed_total", nil); got != float64(round+1) {
+			t.Fatalf("v%d: offsetgate_requests_streamed_total = %v, want %d", version, got, round+1)
+		}
+		// Every record set but the last ends before the request's last byte, so at least
+		// those were dropped as they went.
+		if got, least := p.metric(t, "offsetgate_streamed_bytes_dropped_total", nil), float64((round+1)*(len(parts)-1)*900<<10); got < least {
+			t.Fatalf("v%d: offsetgate_streamed_bytes_dropped_total = %v, want at least %v", version, got, least)
+		}
+	}
+	for _, part := range parts {
+		freq := fetchOne(11, topic, 500, 8<<20)
+		freq.Topics[0].Partitions[0].Partition = part
+		fresp := kmsg.NewPtrFetchResponse()
+		raw.roundTrip(freq, fresp)
+		batches := fresp.Topics[0].Partitions[0].RecordBatches
+		for i, want := range values[part] {
+			var rb kmsg.RecordBatch
+			if err := rb.ReadFrom(batches); err != nil {
+				t.Fatalf("partition %d batch %d: %v", part, i, err)
+			}
+			batches = batches[12+int(rb.Length):]
+			var r kmsg.Record
+			if err := r.ReadFrom(rb.Records); err != nil || !bytes.Equal(r.Value, want) {
+				t.Fatalf("partition %d batch %d did not come back byte for byte (%v)", part, i, err)
+			}
+		}
+	}
+}

@@ -16,7 +16,10 @@ package session
 // can go upstream between the frame's start and its end.
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -66,4 +69,80 @@ func (s *Session) streamedOutcome(frame []byte, asIs bool) error {
 	}
 	s.conn.(StreamConn).FinishStream(frame)
 	return nil
+}
+
+// CompactProduce drops from a streamed Produce request being read the record sets the
+// transport has already sent upstream, so that a request of megabytes is not held whole while
+// it is judged: the judge reads only its topics and partitions (the record sets of a request
+// that is streamed are never rebuilt: any outcome other than forwarding it unchanged closes
+// the connection). buf is the frame so far, its size prefix included; done is how many of its
+// bytes have been sent upstream. Every record set kmsg's decoder finds whole below done is
+// replaced by an empty one, in place, and the size prefix is set to the shorter frame's; out
+// is buf shortened by removed bytes. The structure is kmsg's: the decoder reads the prefix that
+// arrived (it stops where the bytes end), and the record sets it returns alias buf, so their
+// places are known without a schema of offsetgate's own, and what is left decodes to the same
+// topics and partitions. ok is false when a record set's length is not in the form this
+// writes back (then the caller holds the frame whole, as before).
+func CompactProduce(buf []byte, done int) (out []byte, removed int, ok bool) {
+	if len(buf) < 12 || done > len(buf) {
+		return buf, 0, true
+	}
+	h, err := parseReqHeader(buf[4:])
+	if err != nil || kmsg.Key(h.key) != kmsg.Produce {
+		return buf, 0, false
+	}
+	bodyOff := 4 + h.bodyOff
+	if bodyOff > len(buf) {
+		return buf, 0, true
+	}
+	req := kmsg.ProduceRequest{Version: h.version}
+	_ = req.UnsafeReadFrom(buf[bodyOff:]) // a prefix: it stops where the bytes end
+	flexible := h.version >= 9
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	w := -1 // write position once the first record set is dropped
+	prev := 0
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			if len(p.Records) == 0 {
+				continue
+			}
+			start := int(uintptr(unsafe.Pointer(unsafe.SliceData(p.Records))) - base)
+			end := start + len(p.Records)
+			if start < bodyOff || end > done {
+				continue // not in buf, or not all sent yet
+			}
+			// The length in front of the record set, as kmsg read it.
+			var lenBytes []byte
+			if flexible {
+				lenBytes = binary.AppendUvarint(nil, uint64(len(p.Records))+1)
+			} else {
+				lenBytes = binary.BigEndian.AppendUint32(nil, uint32(len(p.Records)))
+			}
+			at := start - len(lenBytes)
+			if at < prev || !bytes.Equal(buf[at:start], lenBytes) {
+				return buf, 0, false
+			}
+			if w < 0 {
+				w = at
+			} else {
+				w += copy(buf[w:], buf[prev:at])
+			}
+			if flexible {
+				buf[w] = 1 // uvarint 1: an empty, non-null record set
+				w++
+			} else {
+				w += copy(buf[w:], []byte{0, 0, 0, 0})
+			}
+			prev = end
+		}
+	}
+	if w < 0 {
+		return buf, 0, true
+	}
+	w += copy(buf[w:], buf[prev:])
+	removed = len(buf) - w
+	out = buf[:w]
+	size := int(binary.BigEndian.Uint32(out)) - removed
+	binary.BigEndian.PutUint32(out, uint32(size))
+	return out, removed, true
 }
