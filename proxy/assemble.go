@@ -86,7 +86,9 @@ func (a *assembly) get(size int) []byte {
 	if size <= keptFrame {
 		return byteslice.Get(size)[:0]
 	}
-	if cap(a.spare) < size {
+	// A frame that shrinks as it is read replaces a spare far larger than it needs (one left by
+	// a frame held whole), rather than keeping it in use.
+	if cap(a.spare) < size || a.tight && cap(a.spare) > 2*(size+size/8) {
 		a.spare = make([]byte, 0, size+size/8)
 	}
 	a.spareUsed = time.Now()
@@ -138,7 +140,7 @@ func (a *assembly) take(c gnet.Conn) {
 func (a *assembly) fill(c gnet.Conn) (bool, error) {
 	a.take(c)
 	if err := a.read(); err != nil {
-		return false, err
+		return false, held(err)
 	}
 	for len(a.buf) < a.want {
 		if len(a.buf) == cap(a.buf) {
@@ -160,8 +162,8 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 			return false, fmt.Errorf("reading a %d-byte frame: %w", a.want, io.ErrUnexpectedEOF)
 		}
 		a.buf = a.buf[:len(a.buf)+n]
-		if err := a.read(); err != nil {
-			return false, err
+		if err := a.read(); err != nil && len(a.buf) < a.want {
+			return false, held(err)
 		}
 		if n < ask && len(a.buf) < a.want {
 			return false, nil
@@ -170,12 +172,21 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 	return true, nil
 }
 
-// read tells onRead that bytes arrived.
+// read tells onRead that bytes arrived; errStreamLag from it ends the round (held: not an
+// error).
 func (a *assembly) read() error {
 	if a.onRead == nil {
 		return nil
 	}
 	return a.onRead()
+}
+
+// held turns errStreamLag into a round that ends with the frame unfinished.
+func held(err error) error {
+	if errors.Is(err, errStreamLag) {
+		return nil
+	}
+	return err
 }
 
 // release gives back the buffer, to the pool or as the connection's spare; whoever was handed

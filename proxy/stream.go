@@ -36,14 +36,29 @@ type streamState struct {
 	dropped int // bytes dropped so far
 }
 
+// streamLag is the most of a streamed request read ahead of what the broker's socket took;
+// past it the client is not read until the socket has room (backlogged), as a streaming
+// proxy's copy loop waits on its write. Without it, a producer faster than its broker had
+// the whole request read into the frame buffer again, unsent and so not dropped.
+const streamLag = 1 << 20
+
+// errStreamLag stops reading a streamed frame for now (assembly.fill): see streamLag.
+var errStreamLag = errors.New("streamed request ahead of the broker")
+
+// streamLagging reports whether the streamed frame being read is too far ahead of its broker.
+func (cl *gnetClient) streamLagging() bool {
+	return cl.stream.reading && len(cl.inFrame.buf)-cl.stream.sent >= streamLag
+}
+
 // compactFrom is the size from which a streamed request's record sets are dropped once sent:
 // a smaller one fits a pooled buffer, and dropping would save little.
 const compactFrom = keptFrame
 
-// compactCap bounds what a compacted request may hold besides its unsent bytes: topics and
-// partitions, decoded again at every piece; a request made of more than that (a client sending
-// megabytes of partition headers) is held whole from there on, as one not compacted.
-const compactCap = 2 << 20
+// compactCap bounds what a compacted request may hold below its sent mark: its topics and
+// partitions, decoded again at every piece, and the part sent of the record set being read; a
+// request made of more than that (a client sending megabytes of partition headers, or a record
+// set of several MiB) is held whole from there on, as one not compacted.
+const compactCap = 4 << 20
 
 // cutClients remembers the clients (address and client id) whose streamed request was cut, so
 // that their next requests are judged whole before anything is forwarded and a refusal reaches
@@ -90,6 +105,10 @@ func (cl *gnetClient) startStream(c gnet.Conn, want int) bool {
 // upstream's socket takes it directly; the rest waits in the frame buffer (FinishStream).
 func (cl *gnetClient) streamOut() error {
 	if !cl.stream.reading || cl.up == nil || cl.up.OutboundBuffered() > 0 || len(cl.direct) > 0 {
+		// gnet still writes earlier requests: the ticker looks again (backlogged).
+		if cl.streamLagging() {
+			return errStreamLag
+		}
 		return nil
 	}
 	end := min(len(cl.inFrame.buf), cl.stream.size-1)
@@ -97,11 +116,18 @@ func (cl *gnetClient) streamOut() error {
 		return nil
 	}
 	n, err := writeFD(cl.up.Fd(), cl.inFrame.buf[cl.stream.sent:end])
+	short := n < end-cl.stream.sent
 	cl.stream.sent += n
 	if err != nil {
 		return fmt.Errorf("writing a streamed request to the broker: %w", err)
 	}
 	cl.compactStream()
+	if cl.streamLagging() {
+		if short {
+			cl.armWatch() // the socket is full: flushDirect goes on when it has room
+		}
+		return errStreamLag
+	}
 	return nil
 }
 
@@ -117,7 +143,7 @@ func (cl *gnetClient) compactStream() {
 	}
 	a := &cl.inFrame
 	out, removed, ok := session.CompactProduce(a.buf, cl.stream.sent)
-	if !ok || len(out)-(cl.stream.sent-removed) > compactCap {
+	if !ok || cl.stream.sent-removed > compactCap {
 		cl.stream.compact = false
 	}
 	if removed == 0 {
