@@ -14,6 +14,7 @@ import (
 	"offsetgate/catalog"
 	"offsetgate/internal/realclients"
 	"offsetgate/internal/testkafka"
+	"offsetgate/proxy"
 	"offsetgate/rules"
 )
 
@@ -205,9 +206,12 @@ func TestStreamedRequestCompacted(t *testing.T) {
 	d := pair.Dest
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p := startProxy(t, d, "gnet", nil)
+	// Small socket buffers: the broker's socket takes the large request in pieces, so offsetgate
+	// must hold the client back while the broker catches up.
+	p := startProxy(t, d, "gnet", func(c *proxy.Config) { c.Limits.SocketSendBytes = 64 << 10 })
 	topic := testkafka.Names(t, "compacted")
-	if err := d.CreateTopic(ctx, topic, 8, 1, nil); err != nil {
+	// Room for one batch of 2.7 MiB (a broker takes one batch per partition in a request).
+	if err := d.CreateTopic(ctx, topic, 8, 1, map[string]*string{"max.message.bytes": kmsg.StringPtr("4194304")}); err != nil {
 		t.Fatal(err)
 	}
 	byLeader := map[int32][]int32{}
@@ -235,17 +239,23 @@ func TestStreamedRequestCompacted(t *testing.T) {
 	raw.roundTrip(md, kmsg.NewPtrMetadataResponse())
 
 	values := map[int32][][]byte{}
-	for round, version := range []int16{7, 9} {
+	// The third request holds 2.7 MiB for each partition, megabytes more than the broker's
+	// socket takes at once: it is read only as far ahead of the broker as offsetgate allows.
+	for round, c := range []struct {
+		version int16
+		size    int
+	}{{7, 900 << 10}, {9, 900 << 10}, {9, 2700 << 10}} {
+		version := c.version
 		req := kmsg.NewPtrProduceRequest()
 		req.SetVersion(version)
 		req.Acks, req.TimeoutMillis = -1, 10000
 		rt := kmsg.NewProduceRequestTopic()
 		rt.Topic = topic
 		for _, part := range parts {
-			v := make([]byte, 900<<10)
+			rp := kmsg.NewProduceRequestTopicPartition()
+			v := make([]byte, c.size)
 			_, _ = rand.Read(v)
 			values[part] = append(values[part], v)
-			rp := kmsg.NewProduceRequestTopicPartition()
 			rp.Partition, rp.Records = part, batchOf(v)
 			rt.Partitions = append(rt.Partitions, rp)
 		}
@@ -281,8 +291,11 @@ func TestStreamedRequestCompacted(t *testing.T) {
 			t.Fatalf("v%d: offsetgate_streamed_bytes_dropped_total = %v, want at least %v", version, got, least)
 		}
 	}
+	if got := p.metric(t, "offsetgate_upstream_backlog_holds_total", nil); got == 0 {
+		t.Fatal("the client was never held back for its broker: the test proves nothing of it")
+	}
 	for _, part := range parts {
-		freq := fetchOne(11, topic, 500, 8<<20)
+		freq := fetchOne(11, topic, 500, 16<<20)
 		freq.Topics[0].Partitions[0].Partition = part
 		fresp := kmsg.NewPtrFetchResponse()
 		raw.roundTrip(freq, fresp)
