@@ -252,8 +252,23 @@ func TestAddressesNeverLeak(t *testing.T) {
 	for _, b := range presp.Brokers {
 		check(fmt.Sprintf("Produce v%d endpoints", pv), b.NodeID, b.Host, b.Port)
 	}
+	// A Fetch of an ordinary topic goes to the broker as v15 (gnet passes its answer as it
+	// arrives: session/answer_stream.go), so it carries no endpoints, and the client is told
+	// to refresh its metadata.
 	fresp := kmsg.NewPtrFetchResponse()
 	viaOther.roundTrip(fetchReq(fv), fresp)
+	if code := fresp.Topics[0].Partitions[0].ErrorCode; len(fresp.Brokers) != 0 || code != 6 {
+		t.Fatalf("plain Fetch v%d through offsetgate: %d endpoints, error %d; want none, NOT_LEADER_OR_FOLLOWER", fv, len(fresp.Brokers), code)
+	}
+	// One whose answer offsetgate rewrites anyway (here: a partition of a topic id the
+	// destination does not know, refused) keeps its version, and its endpoints are offsetgate's.
+	withRefusal := fetchReq(fv)
+	unknown := kmsg.NewFetchRequestTopic()
+	unknown.TopicID = [16]byte{0xde, 0xad}
+	unknown.Partitions = append(unknown.Partitions, withRefusal.Topics[0].Partitions[0])
+	withRefusal.Topics = append(withRefusal.Topics, unknown)
+	fresp = kmsg.NewPtrFetchResponse()
+	viaOther.roundTrip(withRefusal, fresp)
 	if len(fresp.Brokers) == 0 {
 		t.Fatalf("Fetch v%d through offsetgate has no endpoints (error %d)", fv, fresp.Topics[0].Partitions[0].ErrorCode)
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -57,6 +58,8 @@ type gnetClient struct {
 	inFrame, upFrame assembly
 	// stream is the client frame being passed upstream as it arrives (stream.go).
 	stream streamState
+	// answer is the broker's answer being passed to the client as it arrives (answer.go).
+	answer answerState
 	log    *zap.Logger
 	ln     *listener
 	node   int32 // -1: bootstrap
@@ -342,11 +345,14 @@ const upstreamBacklog = 1 << 20
 
 // backlogged reports whether the client must wait for the upstream to take its requests.
 func (cl *gnetClient) backlogged() bool {
-	return cl.up != nil && (len(cl.direct) > 0 || cl.up.OutboundBuffered() > upstreamBacklog)
+	return cl.up != nil && (len(cl.direct) > 0 || cl.up.OutboundBuffered() > upstreamBacklog || cl.streamLagging())
 }
 
 func (cl *gnetClient) clientTraffic() gnet.Action {
 	lim := cl.t.srv.cfg.Limits
+	if err := cl.streamOut(); err != nil && !errors.Is(err, errStreamLag) {
+		return cl.fail("upstream", err)
+	}
 	if cl.paused || (cl.up == nil && len(cl.pendingUp) > 0) || cl.backlogged() {
 		// Stopped by the budget, waiting for the upstream connection, or for the upstream to
 		// take the requests already written: frames wait.
@@ -454,6 +460,15 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 		return gnet.Close
 	}
 	for {
+		if cl.answer.on {
+			if !cl.passAnswer() {
+				if cl.closed || cl.side != "" {
+					return gnet.Close // failed, or the client is gone
+				}
+				break // the rest has not arrived, or the budget stopped reading
+			}
+			continue // gnet's buffer may hold the start of the next frame
+		}
 		if cl.upFrame.want > 0 {
 			whole, err := cl.upFrame.fill(cl.up)
 			if err != nil {
@@ -492,10 +507,12 @@ func (cl *gnetClient) upstreamTraffic() gnet.Action {
 			return gnet.Close
 		}
 		if n < want {
-			if want < largeFrame {
+			if want < largeFrame || n < answerPrefix {
 				break
 			}
-			cl.upFrame.start(cl.up, want, true)
+			if !cl.startAnswer(want) {
+				cl.upFrame.start(cl.up, want, true)
+			}
 			continue
 		}
 		buf, _ := cl.up.Peek(-1)
@@ -621,6 +638,10 @@ func (cl *gnetClient) Close(err error) {
 }
 
 func (cl *gnetClient) WriteClient(b []byte) {
+	if cl.answer.on {
+		cl.failClient("client", errAnswerOrder)
+		return
+	}
 	if !cl.closed {
 		_, _ = cl.c.Write(b)
 	}
@@ -629,6 +650,10 @@ func (cl *gnetClient) WriteClient(b []byte) {
 // WriteClientv sends an answer written as slices with one writev; gnet copies what the socket
 // did not take.
 func (cl *gnetClient) WriteClientv(bs [][]byte) {
+	if cl.answer.on {
+		cl.failClient("client", errAnswerOrder)
+		return
+	}
 	if !cl.closed {
 		_, _ = cl.c.Writev(bs)
 	}
@@ -700,6 +725,10 @@ func (cl *gnetClient) armWatch() {
 // has room; once all is written the frame buffer goes back and the client is read again.
 func (cl *gnetClient) flushDirect() {
 	if cl.up == nil {
+		return
+	}
+	if err := cl.streamOut(); err != nil && !errors.Is(err, errStreamLag) {
+		cl.failClient("upstream", err)
 		return
 	}
 	for len(cl.direct) > 0 {

@@ -34,6 +34,7 @@ type metrics struct {
 	streamed       prometheus.Counter
 	streamCuts     prometheus.Counter
 	streamDropped  prometheus.Counter
+	answersPassed  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
@@ -67,6 +68,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Streamed requests judged not to go on unchanged: the connection was closed before their last byte, so nothing of them was written; the client's next requests are judged whole first."}),
 		streamDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_streamed_bytes_dropped_total",
 			Help: "Record-set bytes of streamed Produce requests dropped from memory once sent to the broker, before the request was whole."}),
+		answersPassed: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_answers_streamed_total",
+			Help: "Large broker answers (Fetch answers with nothing to rewrite) written to their client as they arrived, never held whole (gnet transport)."}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_requests_total", Help: "Client requests, by api."}, []string{"api"})
 	reqBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_request_bytes_total", Help: "Client request bytes, by api."}, []string{"api"})
@@ -92,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
 	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.backlogHolds, m.directRests, m.bufferHigh, m.inFlight,
-		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, m.streamed, m.streamCuts, m.streamDropped, reqs, reqBytes, respBytes, lat, rw, la, wt)
+		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, m.streamed, m.streamCuts, m.streamDropped, m.answersPassed, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }
 

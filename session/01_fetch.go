@@ -6,6 +6,9 @@ package session
 // NodeEndpoints for partitions whose leader moved; they are rewritten to proxy addresses. The
 // response is decoded without copying record bytes, and sent as it came when it has no
 // endpoints (the common case). While no mirror topic exists a request is not even decoded.
+// Where the transport passes large answers as they arrive, a request of v16 to v18 that names
+// no source-view topic is sent as v15 instead, so that its answer holds nothing to rewrite and
+// is never held whole (answer_stream.go).
 //
 // Mirror topics get the source view. The request's fetch offset goes from source to
 // destination offsets (past any fillers, so a response never holds fillers only and a consumer
@@ -215,6 +218,7 @@ func fetchDecide(s *Session, r *request) error {
 			return spliceFetchErrors(s, version, body, unknown, committed)
 		}
 	case !s.mirrorsOn():
+		s.planFetchAnswer(r, req, false, false)
 		return nil
 	case committed:
 		r.onResp = func(s *Session, version int16, body []byte) ([]byte, bool, error) {
@@ -222,17 +226,21 @@ func fetchDecide(s *Session, r *request) error {
 		}
 	}
 	s.staleFetch = s.staleFetch[:0] // loaded by now, or the fetch below is refused
-	translated := len(unknown) > 0
+	viewed := false
 	err := s.eachView(r, fetchTopics(r), func(ti, pi int, _ *catalog.Topic, pv *view.Partition) {
 		p := &req.Topics[ti].Partitions[pi]
 		p.FetchOffset = pv.ToDest(p.FetchOffset)
 		p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, pv.EpochBase())
 		p.LastFetchedEpoch = -1
 		p.LogStartOffset = -1
-		translated = true
+		viewed = true
 	})
-	if err != nil || !translated {
+	if err != nil {
 		return err
+	}
+	s.planFetchAnswer(r, req, len(unknown) > 0, viewed)
+	if !viewed && len(unknown) == 0 {
+		return nil
 	}
 	r.replace = rebuild(r.frame, r.h, req.AppendTo(nil), s.cfg.Policy().Native())
 	return nil

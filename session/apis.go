@@ -31,7 +31,7 @@ type apiRule struct {
 
 var apiRules = map[kmsg.Key]apiRule{
 	kmsg.Produce:                      {judged, "Produce: own topics refused; mirror topics only produce-at-offset from approved clients; unknown names and ids refused"},
-	kmsg.Fetch:                        {translated, "Fetch: mirror topics served in source terms; unknown ids refused; KIP-951 endpoints rewritten"},
+	kmsg.Fetch:                        {translated, "Fetch: mirror topics served in source terms; unknown ids refused; KIP-951 endpoints rewritten (on gnet a fetch with nothing else to rewrite goes to D as v15, without them)"},
 	kmsg.ListOffsets:                  {translated, "ListOffsets: mirror topics answered in source offsets"},
 	kmsg.Metadata:                     {translated, "Metadata: broker addresses, mirror topics' presented epochs"},
 	kmsg.OffsetCommit:                 {translated, "OffsetCommit: source offsets stored as the destination's"},

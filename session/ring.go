@@ -66,6 +66,14 @@ func (r *ring) pushSeq(seq uint64) {
 	r.n++
 }
 
+// peekSeq returns the oldest sequence number without removing it.
+func (r *ring) peekSeq() (uint64, bool) {
+	if r.n == 0 {
+		return 0, false
+	}
+	return r.seqs[r.head], true
+}
+
 func (r *ring) popSeq() (uint64, bool) {
 	if r.n == 0 {
 		return 0, false

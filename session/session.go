@@ -183,6 +183,10 @@ type slot struct {
 	noResp       bool // the request gets no response at all (acks=0 Produce)
 	rewrite      rewriteFunc
 	out          []byte
+	// asIs: a Fetch answer that holds nothing to change (answer_stream.go), planned while no
+	// mirror topic existed (mirrorsOff) or not; learnSession: its fetch session's id is to be
+	// read from it.
+	asIs, mirrorsOff, learnSession bool
 }
 
 // Session is one client connection.
@@ -235,6 +239,12 @@ type Session struct {
 	vec         vecAnswer
 	vecUsed     bool
 	vecFlexible bool
+	// answering: the transport is passing the answer at the head of the FIFO to the client as
+	// it arrives (answer_stream.go), answerSize bytes; fetchClean: fetch sessions opened on this
+	// connection that hold no partition of a source-view topic.
+	answering  bool
+	answerSize int
+	fetchClean []int32
 	// held is the bytes of responses kept in their slots, waiting for an earlier one.
 	held   int
 	closed bool
@@ -438,6 +448,11 @@ type request struct {
 	req      kmsg.Request // the decoded body (judge.go)
 	lookedUp bool         // the decision's needs were fetched from the destination
 	detached bool         // frame and body are the request's own copy
+
+	// plainFetch: a Fetch whose answer holds nothing to change but broker endpoints;
+	// learnSession: it opens a fetch session that holds no source-view topic
+	// (answer_stream.go).
+	plainFetch, learnSession bool
 }
 
 // request handles one client frame. It returns asIs when the frame goes upstream unchanged,
@@ -527,6 +542,7 @@ func (s *Session) complete(sl slot, r *request) []byte {
 	if !sl.noResp {
 		// acks=0 Produce has no response, so nothing waits for one.
 		sl.upstream = true
+		s.asIsFetch(&sl, r)
 		s.upstream.pushSeq(s.place(sl, r))
 	}
 	return r.replace
@@ -646,6 +662,9 @@ func (s *Session) local(h reqHeader, frame []byte) {
 
 // HandleUpstream consumes whole response frames from the upstream broker.
 func (s *Session) HandleUpstream(buf []byte) (int, error) {
+	if err := s.answerPassing(); err != nil {
+		return 0, err
+	}
 	off := 0
 	direct := -1 // start of a run of responses written to the client unchanged in one go
 	flushDirect := func(end int) {
@@ -678,6 +697,9 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 		if corr != sl.corr {
 			flushDirect(off)
 			return off, fmt.Errorf("%w: upstream answered correlation id %d, expected %d (api key %d)", ErrFrame, corr, sl.corr, sl.key)
+		}
+		if sl.learnSession {
+			s.learnFetchSession(sl, frame)
 		}
 		out, segs, total, err := s.response(sl, frame)
 		if err != nil {
@@ -741,7 +763,7 @@ func (s *Session) HandleUpstream(buf []byte) (int, error) {
 // whole (out), or as slices (segs, vector.go) that are valid only until the next rewrite or the
 // end of the upstream bytes they point into. total is the frame's length either way.
 func (s *Session) response(sl *slot, frame []byte) (out []byte, segs [][]byte, total int, err error) {
-	if sl.rewrite == nil {
+	if s.unchanged(sl) {
 		return frame, nil, len(frame), nil
 	}
 	hl, err := respHeaderLen(frame[4:], sl.key, sl.version)
@@ -832,6 +854,7 @@ func (s *Session) Close() {
 		s.slots.pop()
 	}
 	s.held = 0
+	s.answering = false
 }
 
 // FrameSize checks a frame's 4-byte size prefix and returns the whole frame's length, so a
