@@ -77,6 +77,11 @@ func (a *assembly) firstSize(want int, trusted bool) int {
 	if trusted || (want > keptFrame && cap(a.spare) >= want && !a.tight) {
 		return want
 	}
+	if a.tight && cap(a.spare) > firstChunk {
+		// A frame that shrinks as it is read starts in the spare the previous one grew, not
+		// in a first chunk it would outgrow again with a copy.
+		return min(want, cap(a.spare))
+	}
 	return min(want, firstChunk)
 }
 

@@ -105,4 +105,16 @@ func TestAssemblyFirstSize(t *testing.T) {
 	if got := a.firstSize(100<<20, false); got != firstChunk {
 		t.Fatalf("a 100 MiB claim beyond the spare got %d first", got)
 	}
+	// A frame that shrinks as it is read (a compacted streamed request) starts in the spare,
+	// whatever it claims, and replaces a spare far larger than it grows to.
+	a.tight = true
+	if got := a.firstSize(100<<20, false); got != cap(a.spare) {
+		t.Fatalf("a shrinking frame got %d first, the spare holds %d", got, cap(a.spare))
+	}
+	old, small := cap(a.spare), keptFrame+200<<10
+	a.get(small)
+	if cap(a.spare) >= old {
+		t.Fatalf("a shrinking frame of %d kept a spare of %d", small, cap(a.spare))
+	}
+	a.tight = false
 }

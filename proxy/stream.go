@@ -38,9 +38,11 @@ type streamState struct {
 
 // streamLag is the most of a streamed request read ahead of what the broker's socket took;
 // past it the client is not read until the socket has room (backlogged), as a streaming
-// proxy's copy loop waits on its write. Without it, a producer faster than its broker had
-// the whole request read into the frame buffer again, unsent and so not dropped.
-const streamLag = 1 << 20
+// proxy's copy loop waits on its write, so a request of tens of MiB to a slow broker is not
+// read whole into memory. It is the broker socket's send buffer (4 MiB by default): bounds of
+// 1 and 2 MiB held the producers of the pass-through benchmark back often enough to cost
+// 11-14% of their throughput (docs/benchmarks.md, "Run 6").
+const streamLag = 4 << 20
 
 // errStreamLag stops reading a streamed frame for now (assembly.fill): see streamLag.
 var errStreamLag = errors.New("streamed request ahead of the broker")
@@ -105,8 +107,12 @@ func (cl *gnetClient) startStream(c gnet.Conn, want int) bool {
 // upstream's socket takes it directly; the rest waits in the frame buffer (FinishStream).
 func (cl *gnetClient) streamOut() error {
 	if !cl.stream.reading || cl.up == nil || cl.up.OutboundBuffered() > 0 || len(cl.direct) > 0 {
-		// gnet still writes earlier requests: the ticker looks again (backlogged).
 		if cl.streamLagging() {
+			if len(cl.direct) == 0 {
+				// gnet still holds earlier requests for the socket: told when it has room
+				// (a rest in cl.direct has armed the watch already).
+				cl.armWatch()
+			}
 			return errStreamLag
 		}
 		return nil

@@ -206,17 +206,18 @@ func TestStreamedRequestCompacted(t *testing.T) {
 	d := pair.Dest
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Small socket buffers: the broker's socket takes the large request in pieces, so offsetgate
-	// must hold the client back while the broker catches up.
-	p := startProxy(t, d, "gnet", func(c *proxy.Config) { c.Limits.SocketSendBytes = 64 << 10 })
+	p := startProxy(t, d, "gnet", nil)
+	// Small socket buffers: the broker's socket takes a request of 20 MiB in small pieces, so
+	// offsetgate must hold the client back while the broker catches up.
+	slow := startProxy(t, d, "gnet", func(c *proxy.Config) { c.Limits.SocketSendBytes = 64 << 10 })
 	topic := testkafka.Names(t, "compacted")
 	// Room for one batch of 2.7 MiB (a broker takes one batch per partition in a request).
-	if err := d.CreateTopic(ctx, topic, 8, 1, map[string]*string{"max.message.bytes": kmsg.StringPtr("4194304")}); err != nil {
+	if err := d.CreateTopic(ctx, topic, 16, 1, map[string]*string{"max.message.bytes": kmsg.StringPtr("4194304")}); err != nil {
 		t.Fatal(err)
 	}
 	byLeader := map[int32][]int32{}
 	var leader int32
-	for part := int32(0); part < 8; part++ {
+	for part := int32(0); part < 16; part++ {
 		l, _, err := d.Leader(ctx, topic, part)
 		if err != nil {
 			t.Fatal(err)
@@ -230,13 +231,17 @@ func TestStreamedRequestCompacted(t *testing.T) {
 	if len(parts) < 2 {
 		t.Fatalf("partitions by leader %v: the test needs two on one broker", byLeader)
 	}
-	raw := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
-	md := kmsg.NewPtrMetadataRequest()
-	md.SetVersion(9)
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	md.Topics = append(md.Topics, mt)
-	raw.roundTrip(md, kmsg.NewPtrMetadataResponse())
+	dial := func(p *running) *rawConn {
+		raw := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", p.cfg.BrokerPort(leader)))
+		md := kmsg.NewPtrMetadataRequest()
+		md.SetVersion(9)
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(topic)
+		md.Topics = append(md.Topics, mt)
+		raw.roundTrip(md, kmsg.NewPtrMetadataResponse())
+		return raw
+	}
+	raw, slowRaw := dial(p), dial(slow)
 
 	values := map[int32][][]byte{}
 	// The third request holds 2.7 MiB for each partition, megabytes more than the broker's
@@ -246,6 +251,10 @@ func TestStreamedRequestCompacted(t *testing.T) {
 		size    int
 	}{{7, 900 << 10}, {9, 900 << 10}, {9, 2700 << 10}} {
 		version := c.version
+		p, raw := p, raw
+		if round == 2 {
+			p, raw = slow, slowRaw
+		}
 		req := kmsg.NewPtrProduceRequest()
 		req.SetVersion(version)
 		req.Acks, req.TimeoutMillis = -1, 10000
@@ -270,7 +279,7 @@ func TestStreamedRequestCompacted(t *testing.T) {
 		}
 		pr := kmsg.NewPtrProduceResponse()
 		pr.SetVersion(version)
-		body := raw.answer(round+2, raw.corr)[4:]
+		body := raw.answer(int(raw.corr), raw.corr)[4:]
 		if version >= 9 {
 			body = skipTagsTest(t, body)
 		}
@@ -282,18 +291,22 @@ func TestStreamedRequestCompacted(t *testing.T) {
 				t.Fatalf("v%d partition %d: error code %d", version, pp.Partition, pp.ErrorCode)
 			}
 		}
-		if got := p.metric(t, "offsetgate_requests_streamed_total", nil); got != float64(round+1) {
-			t.Fatalf("v%d: offsetgate_requests_streamed_total = %v, want %d", version, got, round+1)
+		if got, want := p.metric(t, "offsetgate_requests_streamed_total", nil), float64(min(round+1, 2)); round == 2 && got != 1 || round < 2 && got != want {
+			t.Fatalf("v%d: offsetgate_requests_streamed_total = %v", version, got)
 		}
 		// Every record set but the last ends before the request's last byte, so at least
-		// those were dropped as they went.
-		if got, least := p.metric(t, "offsetgate_streamed_bytes_dropped_total", nil), float64((round+1)*(len(parts)-1)*900<<10); got < least {
+		// those were dropped as they went (the broker's socket takes a few MiB at once).
+		least := float64((round + 1) * (len(parts) - 1) * 900 << 10)
+		if round == 2 {
+			// Read at most 4 MiB and a piece ahead of the broker: what lies wholly before
+			// that was sent and dropped, whatever the broker's pace.
+			least = float64(len(parts)*c.size - (4<<20 + 256<<10) - c.size)
+		}
+		if got := p.metric(t, "offsetgate_streamed_bytes_dropped_total", nil); got < least {
 			t.Fatalf("v%d: offsetgate_streamed_bytes_dropped_total = %v, want at least %v", version, got, least)
 		}
 	}
-	// Whether the broker's socket fell behind depends on the machine; the bytes dropped above
-	// show that what was read went on (without the bound they fall behind, as unsent).
-	t.Logf("client held back for its broker %v times", p.metric(t, "offsetgate_upstream_backlog_holds_total", nil))
+	t.Logf("client held back for its broker %v times", slow.metric(t, "offsetgate_upstream_backlog_holds_total", nil))
 	for _, part := range parts {
 		freq := fetchOne(11, topic, 500, 16<<20)
 		freq.Topics[0].Partitions[0].Partition = part
