@@ -167,8 +167,8 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 			return false, fmt.Errorf("reading a %d-byte frame: %w", a.want, io.ErrUnexpectedEOF)
 		}
 		a.buf = a.buf[:len(a.buf)+n]
-		if err := a.read(); err != nil && len(a.buf) < a.want {
-			return false, held(err)
+		if err := a.read(); err != nil && (len(a.buf) < a.want || !errors.Is(err, errStreamLag)) {
+			return false, held(err) // a frame read whole goes on however far ahead it is
 		}
 		if n < ask && len(a.buf) < a.want {
 			return false, nil

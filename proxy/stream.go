@@ -33,7 +33,6 @@ type streamState struct {
 	// compact: its record sets are dropped from the frame buffer once sent (compactStream);
 	// sizes and offsets above count the frame as it is held, the dropped bytes left out.
 	compact bool
-	dropped int // bytes dropped so far
 }
 
 // streamLag is the most of a streamed request read ahead of what the broker's socket took;
@@ -158,7 +157,6 @@ func (cl *gnetClient) compactStream() {
 	a.buf, a.want = out, a.want-removed
 	cl.stream.sent -= removed
 	cl.stream.size -= removed
-	cl.stream.dropped += removed
 	cl.t.srv.metrics.streamDropped.Add(float64(removed))
 	// The session counts the request's bytes from the frame it is handed: these are not in it.
 	cl.t.srv.metrics.requestBytes[idx(int16(kmsg.Produce))].Add(float64(removed))
