@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -23,6 +24,11 @@ type panel struct {
 
 // WriteSVGFile writes the report's chart to path, creating the folder.
 func WriteSVGFile(path string, rep *Report) error {
+	if path == "-" {
+		// Every ogbench command takes "-" for "no chart"; a caller that forgot must not leave a
+		// file of that name behind.
+		return errors.New("chart: \"-\" means no chart, not a file name")
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}

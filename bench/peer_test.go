@@ -2,6 +2,8 @@ package bench_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,5 +83,18 @@ func TestViewMemoryNote(t *testing.T) {
 	bench.WriteTable(&out, rep)
 	if !strings.Contains(out.String(), "about 10 MiB of their source view index (324 pages)") {
 		t.Fatalf("no view note:\n%s", out.String())
+	}
+}
+
+// "-" is every ogbench command's "no chart": writing a chart to it is refused and leaves no file
+// of that name (one was once committed by `ogbench chart --svg -`).
+func TestChartDashIsNoFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := bench.WriteSVGFile("-", &bench.Report{}); err == nil {
+		t.Fatal(`WriteSVGFile("-") wrote a chart`)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "-")); !os.IsNotExist(err) {
+		t.Fatalf(`a file named "-" exists after WriteSVGFile("-"): %v`, err)
 	}
 }

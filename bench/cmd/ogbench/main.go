@@ -261,7 +261,7 @@ func tmpfsDir() (string, bool) {
 func chart(args []string) error {
 	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
 	in := fs.String("in", "", "JSON report written by ogbench run (required)")
-	svg := fs.String("svg", "", "SVG file to write (default: none, only the table)")
+	svg := fs.String("svg", "", "SVG file to write (default and \"-\": none, only the table)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func chart(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *svg != "" {
+	if *svg != "" && *svg != "-" {
 		if err := bench.WriteSVGFile(*svg, rep); err != nil {
 			return err
 		}
