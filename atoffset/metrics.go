@@ -21,6 +21,10 @@ type metrics struct {
 	// Data requests sent with acks=1, their batches confirmed by a later acks=all request of
 	// their partitions (sink.Runs).
 	quick prometheus.Counter
+	// Time from a request's writing to its answer, by lane and acks; and a write's ledger
+	// append. Where a mirror write's time goes (offsetgate_mirror_write_seconds).
+	answered *prometheus.HistogramVec
+	appends  prometheus.Observer
 }
 
 // NewMetrics registers the produce-at-offset metrics.
@@ -47,7 +51,14 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Record batches those requests carried (one per partition per request at most), by lane."}, []string{"lane"})
 	m.quick = prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_mirror_produce_leader_acks_requests_total",
 		Help: "Data requests sent with acks=1 (counted in offsetgate_mirror_produce_requests_total too): their batches are reported once a later acks=all request of their partition is answered."})
-	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick)
+	m.answered = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "offsetgate_mirror_produce_request_seconds",
+		Help:    "Time from writing a mirror write's Produce request to the destination to its answer (the broker's work on requests ahead of it on the connection included), by lane and acks.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"lane", "acks"})
+	appends := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "offsetgate_mirror_ledger_append_seconds",
+		Help:    "Time of a mirror write's ledger append (its plan stored before its data go to the destination).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.appends = appends
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends)
 	return m
 }
 
@@ -71,6 +82,18 @@ func (m *metrics) sent(lane string) func(batches int) {
 	return func(n int) {
 		r.Inc()
 		b.Add(float64(n))
+	}
+}
+
+// took observes the answer times of a lane's requests.
+func (m *metrics) took(lane string) func(acks int16, d time.Duration) {
+	one, all := m.answered.WithLabelValues(lane, "1"), m.answered.WithLabelValues(lane, "all")
+	return func(acks int16, d time.Duration) {
+		if acks == 1 {
+			one.Observe(d.Seconds())
+		} else {
+			all.Observe(d.Seconds())
+		}
 	}
 }
 

@@ -152,11 +152,11 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 	sk := w.sinks[k]
 	if sk == nil {
 		if lane == ledgerLane {
-			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"))
+			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"), sink.OnAnswer(w.m.took("ledger")))
 		} else {
 			// A partition's data move in runs (several batches per replication round trip):
 			// a write is answered only once D confirmed its batches replicated, as before.
-			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("data"), sink.Runs(), sink.OnQuick(w.m.quick.Inc))
+			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("data"), sink.Runs(), sink.OnQuick(w.m.quick.Inc), sink.OnAnswer(w.m.took("data")))
 		}
 		w.sinks[k] = sk
 	}
@@ -586,7 +586,9 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 	}
 	if len(entries) > 0 {
 		lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+		t0 := time.Now()
 		base, next, err := p.app.Append(lctx, entries)
+		w.m.appends.Observe(time.Since(t0).Seconds())
 		cancel()
 		if err != nil {
 			// Fenced: another instance claimed the partition since. Any other failure: the

@@ -103,6 +103,7 @@ type inflight struct {
 	req   *kmsg.ProduceRequest
 	corr  int32
 	slots []slot
+	at    time.Time // when it was written
 }
 
 // held is a batch the broker appended with acks=1, waiting for its confirmation.
@@ -142,9 +143,10 @@ type Sink struct {
 	addr    string
 	dial    func(ctx context.Context, addr string) (*wire.Conn, error)
 	timeout time.Duration
-	sent    func(batches int) // called for every request written
-	runs    map[tp]*run       // with Runs: partitions with batches sent and not confirmed
-	quick   func()            // with Runs: called for every acks=1 request written
+	sent    func(batches int)                 // called for every request written
+	runs    map[tp]*run                       // with Runs: partitions with batches sent and not confirmed
+	quick   func()                            // with Runs: called for every acks=1 request written
+	took    func(acks int16, d time.Duration) // called for every request answered
 
 	mu      sync.Mutex
 	jobs    []*job // partitions with batches to send, in arrival order (one job per partition at a time)
@@ -164,7 +166,7 @@ func New(addr string, dial func(ctx context.Context, addr string) (*wire.Conn, e
 	if sent == nil {
 		sent = func(int) {}
 	}
-	s := &Sink{addr: addr, dial: dial, timeout: timeout, sent: sent, quick: func() {}, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	s := &Sink{addr: addr, dial: dial, timeout: timeout, sent: sent, quick: func() {}, took: func(int16, time.Duration) {}, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	for _, o := range opts {
 		o(s)
 	}
@@ -173,6 +175,11 @@ func New(addr string, dial func(ctx context.Context, addr string) (*wire.Conn, e
 
 // OnQuick sets what is called for every request written with acks=1 (for metrics).
 func OnQuick(f func()) Option { return func(s *Sink) { s.quick = f } }
+
+// OnAnswer sets what is told, for every request answered, its acks and the time from its
+// writing to its answer (for metrics: with requests in flight behind each other, that time
+// includes the broker's work on the requests ahead of it on the connection).
+func OnAnswer(f func(acks int16, d time.Duration)) Option { return func(s *Sink) { s.took = f } }
 
 // Close stops the sink; batches waiting get ErrNotSent, those in flight the connection's error.
 func (s *Sink) Close() {
@@ -348,6 +355,7 @@ func (s *Sink) serve(c *wire.Conn) {
 					c.Close() // the writer's next write fails too
 					close(dead)
 				} else {
+					s.took(f.req.Acks, time.Since(f.at))
 					s.answered(f, resp)
 				}
 			}
@@ -398,7 +406,7 @@ func (s *Sink) serve(c *wire.Conn) {
 			s.failed(f, fmt.Errorf("writing to %s: %w", s.addr, err))
 			return
 		}
-		f.corr = corr
+		f.corr, f.at = corr, time.Now()
 		s.sent(len(f.slots))
 		if f.req.Acks == 1 {
 			s.quick()

@@ -374,7 +374,22 @@ func TestSinkRunsConfirmEveryBatch(t *testing.T) {
 		return nil, nil, false
 	})
 	var quick int
-	s := New(f.addr, f.dial, 10*time.Second, nil, Runs(), OnQuick(func() { quick++ }))
+	var answers struct {
+		sync.Mutex
+		quick, all int
+		shortest   time.Duration
+	}
+	answers.shortest = time.Hour
+	s := New(f.addr, f.dial, 10*time.Second, nil, Runs(), OnQuick(func() { quick++ }), OnAnswer(func(acks int16, d time.Duration) {
+		answers.Lock()
+		defer answers.Unlock()
+		if acks == 1 {
+			answers.quick++
+		} else {
+			answers.all++
+		}
+		answers.shortest = min(answers.shortest, d)
+	}))
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -422,6 +437,13 @@ func TestSinkRunsConfirmEveryBatch(t *testing.T) {
 	}
 	if quicks == 0 || quick == 0 {
 		t.Fatalf("no batch went with acks=1 (%d requests, %d counted)", len(log.reqs), quick)
+	}
+	// Every request's answer is timed, under its acks; the broker here takes a millisecond.
+	answers.Lock()
+	defer answers.Unlock()
+	if answers.quick != quick || answers.all == 0 || answers.shortest < time.Millisecond {
+		t.Fatalf("answers timed: %d with acks=1 (%d written), %d with acks=all, shortest %v (the broker takes 1ms)",
+			answers.quick, quick, answers.all, answers.shortest)
 	}
 	t.Logf("%d requests, %d of partition 0's %d batches with acks=1", len(log.reqs), quicks, per)
 }
