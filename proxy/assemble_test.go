@@ -106,15 +106,46 @@ func TestAssemblyFirstSize(t *testing.T) {
 		t.Fatalf("a 100 MiB claim beyond the spare got %d first", got)
 	}
 	// A frame that shrinks as it is read (a compacted streamed request) starts in the spare,
-	// whatever it claims, and replaces a spare far larger than it grows to.
+	// whatever it claims, keeps a spare of about its room however small it is, and replaces a
+	// spare far larger than its room (one left by a frame held whole).
 	a.tight = true
 	if got := a.firstSize(100<<20, false); got != cap(a.spare) {
 		t.Fatalf("a shrinking frame got %d first, the spare holds %d", got, cap(a.spare))
 	}
 	old, small := cap(a.spare), keptFrame+200<<10
-	a.get(small)
-	if cap(a.spare) >= old {
+	if a.get(small); cap(a.spare) != old {
+		t.Fatalf("a shrinking frame of %d replaced a spare of %d with one of %d", small, old, cap(a.spare))
+	}
+	a.tight = false
+	a.get(40 << 20) // a frame held whole leaves a spare of 45 MiB
+	a.tight = true
+	if got := a.firstSize(100<<20, false); got != tightRoom+tightRoom/8 {
+		t.Fatalf("a shrinking frame got %d first from a spare of %d (its room: %d)", got, cap(a.spare), tightRoom)
+	}
+	old = cap(a.spare)
+	if a.get(small); cap(a.spare) >= old {
 		t.Fatalf("a shrinking frame of %d kept a spare of %d", small, cap(a.spare))
 	}
 	a.tight = false
+}
+
+// A shrinking frame grows straight to its room once a first chunk is full, and doubles past it
+// only when what it holds outgrows the room.
+func TestAssemblyTightGrowth(t *testing.T) {
+	a := assembly{tight: true, want: 50 << 20}
+	a.buf = a.get(a.firstSize(a.want, false))
+	if cap(a.buf) != firstChunk {
+		t.Fatalf("no spare: first room %d, want %d", cap(a.buf), firstChunk)
+	}
+	a.buf = a.buf[:cap(a.buf)]
+	a.grow(1)
+	if cap(a.buf) < tightRoom || cap(a.buf) > tightRoom+tightRoom/8 {
+		t.Fatalf("a full first chunk grew to %d, want its room %d", cap(a.buf), tightRoom)
+	}
+	a.buf = a.buf[:cap(a.buf)]
+	a.grow(1)
+	if cap(a.buf) < 2*tightRoom {
+		t.Fatalf("a full room grew to %d only", cap(a.buf))
+	}
+	a.close()
 }
