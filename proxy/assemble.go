@@ -56,18 +56,19 @@ type assembly struct {
 	// are still in the processor's cache), and onRead is called after every piece.
 	step   int
 	onRead func() error
-	// tight: the frame shrinks while it is read (a compacted streamed request): it grows
-	// towards tightRoom, not its claimed size, and keeps that room for the next such frames.
+	// tight: the frame shrinks while it is read (a compacted streamed request): it grows by
+	// doubling as far as it needs, not to its claimed size, and keeps that room for the next
+	// such frames.
 	tight bool
 }
 
-// tightRoom is the room a compacted streamed request grows to: what may be read ahead of the
-// broker (streamLag) and half as much again for the bytes sent and not yet dropped, which are
-// dropped only when the room runs short (compactStream). Kept by the connection as its spare, one
-// buffer serves all its streamed requests: growing each request's buffer by doubling from a
-// first chunk, and dropping every record set as soon as it was sent (moving the unsent bytes
-// behind it down each time), cost 7% of offsetgate's CPU producing 1 KiB records to 16
-// partitions (new buffers zeroed and faulted in, grow copies, tail moves).
+// tightRoom is the room a compacted streamed request grows to by doubling: what may be read
+// ahead of the broker (streamLag) and half as much again for the record set being sent. The
+// buffer, kept by the connection as its spare, serves its next streamed requests (a spare up to
+// twice tightRoom is kept): replacing the spare with a smaller one for a smaller request and
+// growing it again took 9-14% of offsetgate's CPU producing 1 KiB records to 16 partitions, and
+// the collector 4-5% more (new buffers allocated, zeroed and faulted in, grow copies;
+// docs/benchmarks.md, "Run 7").
 const tightRoom = streamLag + streamLag/2
 
 // start takes a frame of want bytes whose first bytes sit in c's inbound buffer.
@@ -123,10 +124,11 @@ func (a *assembly) grow(need int) {
 	size := a.want
 	switch {
 	case a.tight:
-		// Straight to its room once a first chunk is full (at most eight times what arrived,
-		// as for any client frame), doubling past it only for a frame whose unsent bytes
-		// outgrow it (a record set of several MiB).
-		size = min(a.want, max(len(a.buf)+need, 2*len(a.buf), firstChunk, min(tightRoom, 8*len(a.buf))))
+		// Doubling, as far as the broker's pace needs, up to tightRoom: a connection whose
+		// broker keeps up holds a record set and a few pieces (growing straight to tightRoom
+		// cost 18 MiB more at a fixed load); only a record set that does not fit beside what
+		// is read ahead takes more. The room it grew to is kept for its next requests (get).
+		size = min(a.want, max(len(a.buf)+need, min(2*len(a.buf), tightRoom), firstChunk))
 	case !a.trusted:
 		size = min(a.want, max(len(a.buf)+need, 8*len(a.buf), firstChunk))
 	}

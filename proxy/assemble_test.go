@@ -129,23 +129,38 @@ func TestAssemblyFirstSize(t *testing.T) {
 	a.tight = false
 }
 
-// A shrinking frame grows straight to its room once a first chunk is full, and doubles past it
-// only when what it holds outgrows the room.
+// A shrinking frame grows by doubling from a first chunk up to tightRoom, not to its claim,
+// past it only by what it needs, and the next one starts in the room the first grew to.
 func TestAssemblyTightGrowth(t *testing.T) {
 	a := assembly{tight: true, want: 50 << 20}
 	a.buf = a.get(a.firstSize(a.want, false))
 	if cap(a.buf) != firstChunk {
 		t.Fatalf("no spare: first room %d, want %d", cap(a.buf), firstChunk)
 	}
-	a.buf = a.buf[:cap(a.buf)]
-	a.grow(1)
-	if cap(a.buf) < tightRoom || cap(a.buf) > tightRoom+tightRoom/8 {
-		t.Fatalf("a full first chunk grew to %d, want its room %d", cap(a.buf), tightRoom)
+	for range 2 {
+		n := cap(a.buf)
+		a.buf = a.buf[:n]
+		a.grow(1)
+		if cap(a.buf) < 2*n || cap(a.buf) > 2*n+2*n/8 {
+			t.Fatalf("a full buffer of %d grew to %d, want about %d", n, cap(a.buf), 2*n)
+		}
 	}
 	a.buf = a.buf[:cap(a.buf)]
 	a.grow(1)
-	if cap(a.buf) < 2*tightRoom {
-		t.Fatalf("a full room grew to %d only", cap(a.buf))
+	if cap(a.buf) < tightRoom || cap(a.buf) > tightRoom+tightRoom/8 {
+		t.Fatalf("a full buffer grew to %d, want its room %d", cap(a.buf), tightRoom)
+	}
+	n := cap(a.buf)
+	a.buf = a.buf[:n]
+	a.grow(100 << 10)
+	if cap(a.buf) < n+100<<10 || cap(a.buf) > 2*n {
+		t.Fatalf("a full room of %d grew to %d for 100 KiB more", n, cap(a.buf))
+	}
+	room := cap(a.buf)
+	a.release()
+	a.tight = true
+	if b := a.get(a.firstSize(8<<20, false)); cap(b) != room {
+		t.Fatalf("the next shrinking frame got %d, the room the first grew to is %d", cap(b), room)
 	}
 	a.close()
 }

@@ -106,9 +106,6 @@ func (cl *gnetClient) startStream(c gnet.Conn, want int) bool {
 // upstream's socket takes it directly; the rest waits in the frame buffer (FinishStream).
 func (cl *gnetClient) streamOut() error {
 	if !cl.stream.reading || cl.up == nil || cl.up.OutboundBuffered() > 0 || len(cl.direct) > 0 {
-		// Nothing is written now, but what was sent before may be dropped: the frame would
-		// otherwise grow for room those bytes hold.
-		cl.compactStream()
 		if cl.streamLagging() {
 			if len(cl.direct) == 0 {
 				// gnet still holds earlier requests for the socket: told when it has room
@@ -146,15 +143,15 @@ func (cl *gnetClient) streamOut() error {
 // still to read and the bytes sent shrink by what was dropped; what is still to be sent is
 // never touched (the dropped bytes all lie before the sent mark).
 //
-// Bytes are dropped only when the buffer's room runs short (less than a read's piece left) or
-// it holds more than tightRoom, the frame not read whole:
-// every drop moves the unsent bytes behind the dropped ones down, up to streamLag of them, and
-// dropping each record set as soon as it was sent moved several times the bytes it freed.
+// Bytes are dropped as soon as they were sent, which keeps the bytes read and written next
+// in the same few MiB of the buffer, still in the processor's cache: dropping them only when the
+// buffer's room ran short saved the moves of the unsent bytes but cost as much again in the
+// kernel's copies into a buffer read through from end to end.
 func (cl *gnetClient) compactStream() {
-	a := &cl.inFrame
-	if !cl.stream.compact || cl.stream.sent < 4 || cap(a.buf)-len(a.buf) >= streamStep && len(a.buf) <= tightRoom || len(a.buf) >= a.want {
+	if !cl.stream.compact || cl.stream.sent < 4 {
 		return
 	}
+	a := &cl.inFrame
 	out, removed, ok := session.CompactProduce(a.buf, cl.stream.sent)
 	if !ok || cl.stream.sent-removed > compactCap {
 		cl.stream.compact = false
