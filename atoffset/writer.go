@@ -152,7 +152,9 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 	sk := w.sinks[k]
 	if sk == nil {
 		if lane == ledgerLane {
-			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"), sink.OnAnswer(w.m.took("ledger")))
+			// Ledger appends of concurrent partitions share a request (one replication wait)
+			// rather than waiting for each other's replication in turn on the connection.
+			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"), sink.OneAtATime(), sink.OnAnswer(w.m.took("ledger")))
 		} else {
 			// A partition's data move in runs (several batches per replication round trip):
 			// a write is answered only once D confirmed its batches replicated, as before.

@@ -147,6 +147,7 @@ type Sink struct {
 	runs    map[tp]*run                       // with Runs: partitions with batches sent and not confirmed
 	quick   func()                            // with Runs: called for every acks=1 request written
 	took    func(acks int16, d time.Duration) // called for every request answered
+	depth   int                               // requests in flight at most (Depth unless OneAtATime)
 
 	mu      sync.Mutex
 	jobs    []*job // partitions with batches to send, in arrival order (one job per partition at a time)
@@ -166,7 +167,7 @@ func New(addr string, dial func(ctx context.Context, addr string) (*wire.Conn, e
 	if sent == nil {
 		sent = func(int) {}
 	}
-	s := &Sink{addr: addr, dial: dial, timeout: timeout, sent: sent, quick: func() {}, took: func(int16, time.Duration) {}, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	s := &Sink{addr: addr, dial: dial, timeout: timeout, sent: sent, quick: func() {}, took: func(int16, time.Duration) {}, depth: Depth, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	for _, o := range opts {
 		o(s)
 	}
@@ -175,6 +176,13 @@ func New(addr string, dial func(ctx context.Context, addr string) (*wire.Conn, e
 
 // OnQuick sets what is called for every request written with acks=1 (for metrics).
 func OnQuick(f func()) Option { return func(s *Sink) { s.quick = f } }
+
+// OneAtATime keeps one request in flight on the connection: batches queued meanwhile go
+// together in the next one. For acks=all requests of partitions that are each written one
+// request at a time (ledger appends): a broker works on a connection's requests one after the
+// other, replication wait included, so five in flight wait five round trips in turn, where one
+// request carrying the five batches waits one.
+func OneAtATime() Option { return func(s *Sink) { s.depth = 1 } }
 
 // OnAnswer sets what is told, for every request answered, its acks and the time from its
 // writing to its answer (for metrics: with requests in flight behind each other, that time
@@ -335,9 +343,9 @@ func (s *Sink) failQueued(err error) {
 // serve writes requests on c while there is work and reads their answers on a second
 // goroutine, until c fails, the sink closes or it has been idle a while.
 func (s *Sink) serve(c *wire.Conn) {
-	sent := make(chan inflight, Depth)
-	free := make(chan struct{}, Depth)
-	for i := 0; i < Depth; i++ {
+	sent := make(chan inflight, s.depth)
+	free := make(chan struct{}, s.depth)
+	for i := 0; i < s.depth; i++ {
 		free <- struct{}{}
 	}
 	readErr := make(chan error, 1)

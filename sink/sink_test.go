@@ -615,3 +615,53 @@ func TestSinkRunsLineUp(t *testing.T) {
 	}
 	t.Logf("%d requests, %d with acks=all, %d batches", all+quick, all, batches)
 }
+
+// With OneAtATime, partitions that each write one batch at a time (ledger appends) share
+// requests: one is in flight, and everything queued meanwhile goes in the next.
+func TestSinkOneAtATimeShares(t *testing.T) {
+	const parts, per = 8, 10
+	f := newFixture(t, parts)
+	var (
+		mu           sync.Mutex
+		flying, most int
+	)
+	s := New(f.addr, f.dial, 10*time.Second, func(int) {
+		mu.Lock()
+		flying++
+		most = max(most, flying)
+		mu.Unlock()
+	}, OneAtATime(), OnAnswer(func(int16, time.Duration) {
+		mu.Lock()
+		flying--
+		mu.Unlock()
+	}))
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := int32(0); p < parts; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				r := s.Send(ctx, "t", [16]byte{}, p, f.batches(1, int32(i)))[0]
+				if r.Err != nil || r.Answer.ErrorCode != 0 || r.Answer.BaseOffset != int64(i) {
+					t.Errorf("partition %d batch %d: %v code %d at %d", p, i, r.Err, r.Answer.ErrorCode, r.Answer.BaseOffset)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Fatalf("%d requests in flight at once, want 1", most)
+	}
+	if f.requests > parts*per/2 || f.widest < 4 {
+		t.Fatalf("%d one-batch writes of %d partitions took %d requests (widest %d partitions): not shared", parts*per, parts, f.requests, f.widest)
+	}
+	t.Logf("%d batches in %d requests, widest %d partitions", parts*per, f.requests, f.widest)
+}
