@@ -156,6 +156,8 @@ func TestLimitsValidation(t *testing.T) {
 		{func(l *Limits) { l.MaxHeldBytes = -2 }, "limits.max_held_bytes"},
 		{func(l *Limits) { l.MaxConnections = -2 }, "limits.max_connections"},
 		{func(l *Limits) { l.MaxConnectionsPerIP = -5 }, "limits.max_connections_per_ip"},
+		{func(l *Limits) { l.GCPercent = -1 }, "limits.gc_percent"},
+		{func(l *Limits) { l.GCPercent = 100 }, ""},
 		{func(l *Limits) {
 			l.MaxHeldBytes, l.MaxConnections, l.MaxConnectionsPerIP, l.ConnectionsMaxIdle = -1, -1, -1, -time.Second
 		}, ""},
@@ -173,7 +175,7 @@ func TestLimitsValidation(t *testing.T) {
 	}
 	cfg := base()
 	cfg.Defaults()
-	if l := cfg.Limits; l.MaxHeldBytes != DefaultMaxHeldBytes || l.ConnectionsMaxIdle != 10*time.Minute || l.MaxConnections <= 0 || l.MaxConnectionsPerIP <= 0 {
+	if l := cfg.Limits; l.MaxHeldBytes != DefaultMaxHeldBytes || l.ConnectionsMaxIdle != 10*time.Minute || l.MaxConnections <= 0 || l.MaxConnectionsPerIP <= 0 || l.GCPercent != DefaultGCPercent {
 		t.Fatalf("defaults: %+v", l)
 	}
 }

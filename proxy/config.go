@@ -154,8 +154,15 @@ type Limits struct {
 	DialTimeout         time.Duration `yaml:"dial_timeout"`
 	// MemoryLimitBytes is the Go runtime's soft memory limit (GOMEMLIMIT); 0 means 1 GiB, -1
 	// none. Buffers churn under load; the limit makes the collector return memory sooner.
-	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
-	DrainTimeout     time.Duration `yaml:"drain_timeout"`
+	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
+	// GCPercent is the Go collector's target (GOGC): the heap may grow this many percent over
+	// what the last collection found live before the next one runs. 0 means 25. offsetgate
+	// allocates little per byte it moves (large frames go through kept buffers), so the peak
+	// heap is mostly the target over buffers in use, and a low target costs little CPU: at 25
+	// the peak RSS under a 16-partition load fell by a fifth with the CPU per GB unchanged
+	// (docs/benchmarks.md, "Run 8"). The environment's GOGC, when set, wins.
+	GCPercent    int           `yaml:"gc_percent"`
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// SocketSendBytes is the kernel send buffer (SO_SNDBUF) of client and upstream sockets;
 	// 0 means 4 MiB, -1 the kernel's own sizing. A large Fetch answer or Produce request that
 	// the socket takes in one write is not copied into the event loop's outbound buffer first;
@@ -169,6 +176,9 @@ type LogConfig struct {
 	Format string `yaml:"format"`
 	Level  string `yaml:"level"`
 }
+
+// DefaultGCPercent is limits.gc_percent when it is not set.
+const DefaultGCPercent = 25
 
 // DefaultMaxHeldBytes is limits.max_held_bytes when it is not set.
 const DefaultMaxHeldBytes = 256 << 20
@@ -214,6 +224,9 @@ func (c *Config) Defaults() {
 	}
 	if l.MemoryLimitBytes == 0 {
 		l.MemoryLimitBytes = 1 << 30
+	}
+	if l.GCPercent == 0 {
+		l.GCPercent = DefaultGCPercent
 	}
 	if l.DrainTimeout == 0 {
 		l.DrainTimeout = 15 * time.Second
@@ -326,6 +339,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxHeldBytes != -1 && l.MaxHeldBytes < minHeldBytes {
 		bad("limits.max_held_bytes", "must be at least %d (4 MiB), or -1 for no budget", minHeldBytes)
+	}
+	if l.GCPercent < 1 {
+		bad("limits.gc_percent", "must be a positive percentage (Go's GOGC; 0 means %d)", DefaultGCPercent)
 	}
 	if l.MaxConnections < -1 || l.MaxConnections == 0 {
 		bad("limits.max_connections", "must be positive, or -1 for no cap")

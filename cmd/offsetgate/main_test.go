@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,5 +156,36 @@ func TestVerifyExitCodes(t *testing.T) {
 		if code != 0 || !strings.Contains(errs, want) {
 			t.Fatalf("verify --help (exit %d) does not document %q:\n%s", code, want, errs)
 		}
+	}
+}
+
+// The collector's target comes from the configuration unless the environment sets GOGC (the
+// runtime has applied that already; an operator's explicit setting wins).
+func TestRuntimeLimits(t *testing.T) {
+	prevGC, prevMem := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	defer func() { debug.SetGCPercent(prevGC); debug.SetMemoryLimit(prevMem) }()
+	var c proxy.Config
+	c.Defaults()
+	none := func(string) (string, bool) { return "", false }
+	applyRuntimeLimits(c.Limits, none)
+	if got := debug.SetGCPercent(100); got != proxy.DefaultGCPercent {
+		t.Fatalf("collector target %d, want the default %d", got, proxy.DefaultGCPercent)
+	}
+	if got := debug.SetMemoryLimit(-1); got != c.Limits.MemoryLimitBytes {
+		t.Fatalf("memory limit %d, want %d", got, c.Limits.MemoryLimitBytes)
+	}
+	c.Limits.GCPercent = 60
+	applyRuntimeLimits(c.Limits, none)
+	if got := debug.SetGCPercent(100); got != 60 {
+		t.Fatalf("collector target %d, want the configured 60", got)
+	}
+	envSet := func(k string) (string, bool) { return "200", k == "GOGC" || k == "GOMEMLIMIT" }
+	debug.SetMemoryLimit(12345 << 20)
+	applyRuntimeLimits(c.Limits, envSet)
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GOGC in the environment overridden: collector target %d", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 12345<<20 {
+		t.Fatalf("GOMEMLIMIT in the environment overridden: limit %d", got)
 	}
 }

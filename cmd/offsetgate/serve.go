@@ -67,9 +67,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && cfg.Limits.MemoryLimitBytes > 0 {
-		debug.SetMemoryLimit(cfg.Limits.MemoryLimitBytes)
-	}
+	applyRuntimeLimits(cfg.Limits, os.LookupEnv)
 	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "offsetgate serve:", err)
@@ -110,4 +108,16 @@ func newLogger(c proxy.LogConfig, w io.Writer) (*zap.Logger, error) {
 	// Repeated messages are sampled so that a storm of bad connections cannot flood the log.
 	core = zapcore.NewSamplerWithOptions(core, 1e9, 100, 100)
 	return zap.New(core).Named("offsetgate"), nil
+}
+
+// applyRuntimeLimits sets the Go runtime's soft memory limit and collector target from the
+// configuration, except where the environment sets them (GOMEMLIMIT, GOGC): the runtime has
+// read those already, and an operator's explicit setting wins.
+func applyRuntimeLimits(l proxy.Limits, lookupEnv func(string) (string, bool)) {
+	if _, set := lookupEnv("GOMEMLIMIT"); !set && l.MemoryLimitBytes > 0 {
+		debug.SetMemoryLimit(l.MemoryLimitBytes)
+	}
+	if _, set := lookupEnv("GOGC"); !set && l.GCPercent > 0 {
+		debug.SetGCPercent(l.GCPercent)
+	}
 }
