@@ -6,6 +6,13 @@ package bench
 // runs as its dedicated-mode driver (org.apache.kafka.connect.mirror.MirrorMaker) from the same
 // Maven cache as the brokers, with tasks.max equal to the partition count; its configuration is
 // written by mm2Properties and committed as docs/bench/mm2.properties.
+//
+// The copies are measured one tool after the other, but the lag is not: measured in one block
+// per tool right after its copy, whichever tool came later showed less lag (the clusters had
+// settled), so the order decided the result. Instead every tool's following mirror runs at the
+// same time, each on a topic of its own, and the paced producer serves them in short rounds,
+// one tool at a time, the order rotated by one each round: over as many rounds as there are
+// tools (or a multiple), each tool is measured in each place equally often.
 
 import (
 	"context"
@@ -41,9 +48,11 @@ type MM2Config struct {
 	Bytes       int64 // record payload of the data set
 	RecordBytes int
 	Partitions  int
-	// LagRate is the paced producer's rate (bytes/s) and LagSeconds how long it runs.
+	// LagRate is the paced producer's rate (bytes/s) and LagSeconds how long it runs for each
+	// tool, split evenly over LagRounds rounds (0 is one).
 	LagRate    float64
 	LagSeconds float64
+	LagRounds  int
 	LogDir     string
 	Progress   io.Writer
 }
@@ -66,6 +75,10 @@ type MirrorResult struct {
 	LagRecords   int     `json:"lag_records"`       //
 	Verify       string  `json:"verify"`            // verify's line for the copied topic
 	FirstOffset  int64   `json:"first_offset_on_d"` // D's first offset (the source's log start is SourceLogStart)
+	// The lag percentiles of each round, in round order (the ones above are over every round's
+	// records).
+	LagRoundP50Ms []float64 `json:"lag_round_p50_ms,omitempty"`
+	LagRoundP99Ms []float64 `json:"lag_round_p99_ms,omitempty"`
 }
 
 // MM2Report is the JSON of a run.
@@ -82,6 +95,8 @@ type MM2Report struct {
 	Partitions     int            `json:"partitions"`
 	SourceLogStart int64          `json:"source_log_start"`
 	LagRateMBps    float64        `json:"lag_rate_mb_per_s"`
+	LagSeconds     float64        `json:"lag_seconds"` // paced production per tool, all rounds
+	LagRounds      int            `json:"lag_rounds"`
 	Results        []MirrorResult `json:"results"`
 	// Ratio is offsetgate's throughput over MirrorMaker 2's (target >= 2).
 	Ratio float64 `json:"offsetgate_to_mm2"`
@@ -105,6 +120,9 @@ func RunMM2(ctx context.Context, cfg MM2Config) (*MM2Report, error) {
 	if cfg.LagSeconds <= 0 {
 		cfg.LagSeconds = 10
 	}
+	if cfg.LagRounds <= 0 {
+		cfg.LagRounds = 1
+	}
 	cleanup, err := tempLogDir(&cfg.LogDir, "ogbench-mm2-")
 	if err != nil {
 		return nil, err
@@ -112,7 +130,7 @@ func RunMM2(ctx context.Context, cfg MM2Config) (*MM2Report, error) {
 	defer cleanup()
 	rep := &MM2Report{Tool: "ogbench mm2", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
 		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin), RecordBytes: cfg.RecordBytes, Partitions: cfg.Partitions,
-		LagRateMBps: cfg.LagRate / 1e6}
+		LagRateMBps: cfg.LagRate / 1e6, LagSeconds: cfg.LagSeconds, LagRounds: cfg.LagRounds}
 	err = runMM2(ctx, cfg, rep)
 	rep.Finished = time.Now().UTC()
 	if err != nil {
@@ -203,30 +221,102 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	if err := warmUp(ctx, cfg, warmTopic, int64(n/8), dadm); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	og, err := runOffsetgateMirror(ctx, cfg, ogTopic, ogLag, records, dadm, logf)
+	// The copies, one tool after the other. Each tool is left running for the lag rounds; the
+	// deferred stops end every process on every path, the followers (started last) first.
+	og, ogSrv, err := runOffsetgateMirror(ctx, cfg, "offsetgate", "og", ogTopic, records, dadm, logf)
 	if err != nil {
 		return fmt.Errorf("offsetgate: %w", err)
 	}
+	defer ogSrv.serve.stop()
 	rep.Results = append(rep.Results, *og)
+	var baseSrv *ogMirror
 	if cfg.BaselineBin != "" {
 		bcfg := cfg
 		bcfg.OffsetgateBin = cfg.BaselineBin
-		base, err := runOffsetgateMirror(ctx, bcfg, baseTopic, baseLag, records, dadm, logf)
+		base, srv, err := runOffsetgateMirror(ctx, bcfg, "offsetgate-baseline", "og-base", baseTopic, records, dadm, logf)
 		if err != nil {
 			return fmt.Errorf("offsetgate baseline: %w", err)
 		}
-		base.Tool = "offsetgate-baseline"
+		baseSrv = srv
+		defer baseSrv.serve.stop()
 		rep.Results = append(rep.Results, *base)
 	}
-	mm, err := runMirrorMaker(ctx, cfg, mmTopic, mmLag, records, dadm, logf)
+	mm, mmProc, err := runMirrorMaker(ctx, cfg, mmTopic, mmLag, records, dadm, logf)
 	if err != nil {
 		return fmt.Errorf("MirrorMaker 2: %w", err)
 	}
+	defer mmProc.stop()
 	rep.Results = append(rep.Results, *mm)
 	if mm.MBps > 0 {
 		rep.Ratio = og.MBps / mm.MBps
 	}
+
+	// offsetgate's followers start only now, so that none idled beside another tool's copy.
+	// MirrorMaker 2 has followed its lag topic since it started.
+	ogF, err := ogSrv.follow(ogLag, "og-follow.log", logf)
+	if err != nil {
+		return fmt.Errorf("offsetgate: %w", err)
+	}
+	defer ogF.stop()
+	tools := []lagTool{{result: 0, topic: ogLag, stopped: ogF.stopped, log: filepath.Join(cfg.LogDir, "og-follow.log")}}
+	if baseSrv != nil {
+		baseF, err := baseSrv.follow(baseLag, "og-base-follow.log", logf)
+		if err != nil {
+			return fmt.Errorf("offsetgate baseline: %w", err)
+		}
+		defer baseF.stop()
+		tools = append(tools, lagTool{result: 1, topic: baseLag, stopped: baseF.stopped, log: filepath.Join(cfg.LogDir, "og-base-follow.log")})
+	}
+	tools = append(tools, lagTool{result: len(rep.Results) - 1, topic: mmLag, stopped: mmProc.stopped, log: filepath.Join(cfg.LogDir, "mm2.log")})
+	return lagRounds(ctx, cfg, rep, tools, logf)
+}
+
+// lagTool is one tool's following mirror in the lag rounds.
+type lagTool struct {
+	result  int // its index in MM2Report.Results
+	topic   string
+	stopped <-chan struct{} // closes if the mirror's process exits
+	log     string          // the mirror's log, for errors
+	lat     []time.Duration // every round's
+}
+
+// lagRounds measures the tools' lag in cfg.LagRounds rounds of LagSeconds/LagRounds each, in
+// the order lagOrder gives, and fills in each tool's lag figures.
+func lagRounds(ctx context.Context, cfg MM2Config, rep *MM2Report, tools []lagTool, logf func(string, ...any)) error {
+	secs := cfg.LagSeconds / float64(cfg.LagRounds)
+	logf("lag: %d rounds of %.1fs per tool at %.1f MB/s", cfg.LagRounds, secs, cfg.LagRate/1e6)
+	for round := range cfg.LagRounds {
+		for _, i := range lagOrder(round, len(tools)) {
+			t := &tools[i]
+			r := &rep.Results[t.result]
+			lat, err := measureLag(ctx, cfg, t.topic, secs, t.stopped)
+			if err != nil {
+				return fmt.Errorf("%s lag, round %d: %w; log %s:\n%s", r.Tool, round+1, err, t.log, tailFile(t.log, 20))
+			}
+			t.lat = append(t.lat, lat...)
+			p50, p99 := msOf(percentile(lat, 50)), msOf(percentile(lat, 99))
+			r.LagRoundP50Ms = append(r.LagRoundP50Ms, p50)
+			r.LagRoundP99Ms = append(r.LagRoundP99Ms, p99)
+			logf("lag round %d/%d: %s p50 %.1f ms p99 %.1f ms", round+1, cfg.LagRounds, r.Tool, p50, p99)
+		}
+	}
+	for _, t := range tools {
+		slices.Sort(t.lat)
+		r := &rep.Results[t.result]
+		lagStats(r, t.lat)
+		logf("%s lag at %.1f MB/s over %d rounds: p50 %.1f ms, p99 %.1f ms", r.Tool, cfg.LagRate/1e6, cfg.LagRounds, r.LagP50Ms, r.LagP99Ms)
+	}
 	return nil
+}
+
+// lagOrder is the order in which lag round round measures n tools: every tool once, starting
+// with tool round mod n, so that over n rounds each tool takes each place once.
+func lagOrder(round, n int) []int {
+	o := make([]int, n)
+	for i := range o {
+		o[i] = (round + i) % n
+	}
+	return o
 }
 
 // waitCopied polls D until topic holds want records and returns when the first and the last
@@ -260,57 +350,78 @@ func waitCopied(ctx context.Context, dadm *kadm.Client, topic string, want int64
 	}
 }
 
-// measureLag produces at the paced rate to the source topic and reads the destination topic,
-// recording for each record the time from its creation to its arrival on D.
-func measureLag(ctx context.Context, cfg MM2Config, srcTopic, dstTopic string) ([]time.Duration, error) {
-	n := int(cfg.LagRate * cfg.LagSeconds / float64(cfg.RecordBytes))
-	// Warm-up: one record per partition goes through first, so that the tool's start (topic
-	// creation, loading) is not counted as lag.
-	wcl, err := cfg.Source.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+// warmUpValue is the value of the records measureLag sends ahead of the paced ones.
+const warmUpValue = "warm-up"
+
+// measureLag is one round on topic (the same name on both clusters): it produces to the
+// source at cfg.LagRate for seconds and returns, sorted, the time from each record's creation to
+// its arrival on D. Later rounds measure the same topic again, so a round starts only once the
+// follower has copied everything produced so far, and counts only the records made after it
+// started.
+func measureLag(ctx context.Context, cfg MM2Config, topic string, seconds float64, stopped <-chan struct{}) ([]time.Duration, error) {
+	n := max(int(cfg.LagRate*seconds/float64(cfg.RecordBytes)), 1)
+	since := time.Now().Truncate(time.Millisecond) // record timestamps are in milliseconds
+	pcl, err := cfg.Source.Client(append(producerOpts(5*time.Millisecond), kgo.RecordPartitioner(warmUpPartitioner{}))...)
 	if err != nil {
 		return nil, err
 	}
+	defer pcl.Close()
+	// Warm-up: one record per partition, through the paced producer's client, so that neither
+	// its connections nor the follower's start (loading, creating the topic on D) count as lag.
 	for p := 0; p < cfg.Partitions; p++ {
-		if err := wcl.ProduceSync(ctx, &kgo.Record{Topic: srcTopic, Partition: int32(p), Value: []byte("warm-up")}).FirstErr(); err != nil {
-			wcl.Close()
+		if err := pcl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(p), Value: []byte(warmUpValue)}).FirstErr(); err != nil {
 			return nil, err
 		}
 	}
-	wcl.Close()
 	dcl, err := cfg.Dest.Client()
 	if err != nil {
 		return nil, err
 	}
-	_, _, err = waitCopied(ctx, kadm.NewClient(dcl), dstTopic, int64(cfg.Partitions), time.Now(), make(chan struct{}))
+	ends, err := waitCaughtUp(ctx, kadm.NewClient(pcl), kadm.NewClient(dcl), topic, cfg.Partitions, stopped)
 	dcl.Close()
 	if err != nil {
 		return nil, err
 	}
-	cons, err := cfg.Dest.Client(kgo.ConsumeTopics(dstTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	// The consumer starts at the warm-up records (the last before D's end), and the paced
+	// producer once it has read them, so that the consumer's start does not count as lag either.
+	from := make(map[int32]kgo.Offset, len(ends))
+	for p, o := range ends {
+		from[p] = kgo.NewOffset().At(max(o-1, 0))
+	}
+	cons, err := cfg.Dest.Client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
 		kgo.FetchMaxWait(20*time.Millisecond), kgo.MetadataMinAge(200*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
 	defer cons.Close()
-	var lat []time.Duration
-	var mu sync.Mutex
+	var (
+		lat  []time.Duration
+		warm = map[int32]bool{}
+		mu   sync.Mutex
+	)
 	cctx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan struct{})
+	ready, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for cctx.Err() == nil {
 			fs := cons.PollFetches(cctx)
 			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				if string(r.Value) == "warm-up" {
-					return
-				}
-				mu.Lock()
-				lat = append(lat, now.Sub(r.Timestamp))
-				mu.Unlock()
-			})
 			mu.Lock()
+			fs.EachRecord(func(r *kgo.Record) {
+				switch {
+				case r.Timestamp.Before(since):
+					// An earlier round's, if the follower wrote some twice.
+				case string(r.Value) == warmUpValue:
+					if !warm[r.Partition] {
+						warm[r.Partition] = true
+						if len(warm) == cfg.Partitions {
+							close(ready)
+						}
+					}
+				default:
+					lat = append(lat, now.Sub(r.Timestamp))
+				}
+			})
 			got := len(lat)
 			mu.Unlock()
 			if got >= n {
@@ -318,34 +429,132 @@ func measureLag(ctx context.Context, cfg MM2Config, srcTopic, dstTopic string) (
 			}
 		}
 	}()
-	pcl, err := cfg.Source.Client(append(producerOpts(5*time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))...)
-	if err != nil {
-		return nil, err
+	defer func() { stop(); <-done }()
+	exited := errors.New("the mirroring process exited")
+	select {
+	case <-ready:
+	case <-stopped:
+		return nil, exited
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(30 * time.Second):
+		return nil, errors.New("the consumer on the destination did not get the warm-up records in 30s")
 	}
 	payload := make([]byte, cfg.RecordBytes)
-	_, perr := produce(ctx, pcl, srcTopic, payload, n, cfg.LagRate)
-	pcl.Close()
-	if perr != nil {
-		return nil, perr
+	if _, err := produce(ctx, pcl, topic, payload, n, cfg.LagRate); err != nil {
+		return nil, err
 	}
 	select {
 	case <-done:
+	case <-stopped:
+		return nil, exited
 	case <-time.After(2 * time.Minute):
-		stop()
-		<-done
+	}
+	stop()
+	<-done
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(lat) < n {
 		return nil, fmt.Errorf("only %d of %d records arrived on the destination", len(lat), n)
 	}
 	slices.Sort(lat)
 	return lat, nil
 }
 
-func lagStats(r *MirrorResult, lat []time.Duration) {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	r.LagRecords = len(lat)
-	if len(lat) > 0 {
-		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = ms(percentile(lat, 50)), ms(percentile(lat, 99)), ms(lat[len(lat)-1])
+// waitCaughtUp polls until D holds, in every partition of topic, at least the source's end
+// offset, that is until the follower has copied everything produced so far, and returns D's end
+// offsets. (A tool that keeps offsets, as offsetgate does, then has exactly the source's;
+// MirrorMaker 2 may write a record twice, so more is enough.)
+func waitCaughtUp(ctx context.Context, sadm, dadm *kadm.Client, topic string, partitions int, stopped <-chan struct{}) (map[int32]int64, error) {
+	const limit = 2 * time.Minute
+	deadline := time.After(limit)
+	var last string
+	for {
+		src, err1 := sadm.ListEndOffsets(ctx, topic)
+		dst, err2 := dadm.ListEndOffsets(ctx, topic)
+		if err := errors.Join(err1, err2); err != nil {
+			last = err.Error()
+		} else if ends, ok := caughtUp(src, dst, topic, partitions); ok {
+			return ends, nil
+		} else {
+			last = "end offsets: source " + endsString(src, topic, partitions) + ", destination " + endsString(dst, topic, partitions)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-stopped:
+			return nil, errors.New("the mirroring process exited")
+		case <-deadline:
+			return nil, fmt.Errorf("the follower had not caught up with the source after %v (%s)", limit, last)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
+
+// caughtUp says whether dst's end offset is at least src's in each of topic's partitions, and
+// returns dst's when it is.
+func caughtUp(src, dst kadm.ListedOffsets, topic string, partitions int) (map[int32]int64, bool) {
+	ends := make(map[int32]int64, partitions)
+	for p := int32(0); p < int32(partitions); p++ {
+		s, ok1 := src.Lookup(topic, p)
+		d, ok2 := dst.Lookup(topic, p)
+		if !ok1 || !ok2 || s.Err != nil || d.Err != nil || d.Offset < s.Offset {
+			return nil, false
+		}
+		ends[p] = d.Offset
+	}
+	return ends, true
+}
+
+// endsString is topic's end offsets for an error message, "-" for a partition without one.
+func endsString(o kadm.ListedOffsets, topic string, partitions int) string {
+	var b strings.Builder
+	for p := int32(0); p < int32(partitions); p++ {
+		if p > 0 {
+			b.WriteByte(' ')
+		}
+		if l, ok := o.Lookup(topic, p); ok && l.Err == nil {
+			b.WriteString(strconv.FormatInt(l.Offset, 10))
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// warmUpPartitioner puts each warm-up record in the partition it names and the paced records
+// round robin, so that one client produces both.
+type warmUpPartitioner struct{}
+
+func (warmUpPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return warmUpTopicPartitioner{kgo.RoundRobinPartitioner().ForTopic(topic)}
+}
+
+type warmUpTopicPartitioner struct{ rr kgo.TopicPartitioner }
+
+// RequiresConsistency is true for a warm-up record: Partition then chooses among all the
+// topic's partitions, by number, as kgo.ManualPartitioner does.
+func (p warmUpTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+	return string(r.Value) == warmUpValue
+}
+
+func (p warmUpTopicPartitioner) Partition(r *kgo.Record, n int) int {
+	if string(r.Value) == warmUpValue {
+		return int(r.Partition)
+	}
+	return p.rr.Partition(r, n)
+}
+
+// lagStats fills in r's lag figures from lat, sorted.
+func lagStats(r *MirrorResult, lat []time.Duration) {
+	r.LagRecords = len(lat)
+	if len(lat) > 0 {
+		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = msOf(percentile(lat, 50)), msOf(percentile(lat, 99)), msOf(lat[len(lat)-1])
+	}
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func finish(r *MirrorResult, bytes, records int64, first, all time.Duration, cpu float64) {
 	r.Seconds, r.FirstSeconds = all.Seconds(), first.Seconds()
@@ -358,62 +567,82 @@ func finish(r *MirrorResult, bytes, records int64, first, all time.Duration, cpu
 	r.CPUPerGB = perGB(cpu, bytes)
 }
 
-// runOffsetgateMirror runs `offsetgate serve` (TLS, the mirroring identity approved) and
-// `offsetgate mirror --once`, then a following mirror under the paced producer.
-func runOffsetgateMirror(ctx context.Context, cfg MM2Config, topic, lagTopic string, records int64, dadm *kadm.Client, logf func(string, ...any)) (*MirrorResult, error) {
-	og, id, err := startMirroringServe(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, "offsetgate-mm2", "ogbench-og-*")
+// ogMirror is a running `offsetgate serve` and the mirroring client it approves.
+type ogMirror struct {
+	cfg   MM2Config
+	serve *ogProc
+	id    mirrorIdentity
+}
+
+// args are `offsetgate mirror`'s arguments for topic; without once the mirror follows it.
+func (m *ogMirror) args(topic string, once bool) []string {
+	a := append([]string{"mirror", "--source", m.cfg.Source.Bootstrap(), "--proxy", m.serve.listen, "--topics", topic}, m.id.flags...)
+	a = append(a, "--replication-factor", "1", "--parallel", strconv.Itoa(m.cfg.Partitions), "--progress", "lines")
+	if once {
+		a = append(a, "--once")
+	}
+	return a
+}
+
+// follower is a mirror left running, and how to stop it.
+type follower struct {
+	stopped <-chan struct{}
+	stop    func()
+}
+
+// follow starts a mirror following topic through m, stopped with SIGINT as an operator would.
+func (m *ogMirror) follow(topic, logName string, logf func(string, ...any)) (*follower, error) {
+	cmd, stopped, err := startProc(m.cfg.OffsetgateBin, m.args(topic, false), filepath.Join(m.cfg.LogDir, logName))
 	if err != nil {
 		return nil, err
 	}
-	defer og.stop()
-	mirrorArgs := func(topic string, once bool) []string {
-		a := append([]string{"mirror", "--source", cfg.Source.Bootstrap(), "--proxy", og.listen, "--topics", topic}, id.flags...)
-		a = append(a, "--replication-factor", "1", "--parallel", strconv.Itoa(cfg.Partitions), "--progress", "lines")
-		if once {
-			a = append(a, "--once")
-		}
-		return a
+	return &follower{stopped: stopped, stop: func() { stopProc(cmd, stopped, syscall.SIGINT, logf) }}, nil
+}
+
+// runOffsetgateMirror starts `offsetgate serve` (TLS, the mirroring identity approved) and
+// measures `offsetgate mirror --once` copying topic. On success serve is left running, for the
+// following mirror of the lag rounds, and the caller stops it; short prefixes the mirror's log.
+func runOffsetgateMirror(ctx context.Context, cfg MM2Config, tool, short, topic string, records int64, dadm *kadm.Client, logf func(string, ...any)) (*MirrorResult, *ogMirror, error) {
+	og, id, err := startMirroringServe(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, tool+"-mm2", "ogbench-og-*")
+	if err != nil {
+		return nil, nil, err
 	}
-	r := &MirrorResult{Tool: "offsetgate"}
+	m := &ogMirror{cfg: cfg, serve: og, id: id}
+	ok := false
+	defer func() {
+		if !ok {
+			og.stop()
+		}
+	}()
+	r := &MirrorResult{Tool: tool}
 	cpu0 := cpuOf(og.pid())
 	start := time.Now()
-	cmd, stopped, err := startProc(cfg.OffsetgateBin, mirrorArgs(topic, true), filepath.Join(cfg.LogDir, "og-mirror.log"))
+	logPath := filepath.Join(cfg.LogDir, short+"-mirror.log")
+	cmd, stopped, err := startProc(cfg.OffsetgateBin, m.args(topic, true), logPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	first, all, err := waitCopied(ctx, dadm, topic, records, start, make(chan struct{}))
 	if err != nil {
-		return nil, err
+		stopProc(cmd, stopped, syscall.SIGINT, logf)
+		return nil, nil, err
 	}
 	<-stopped
 	cpu := cpuOf(og.pid()) - cpu0 + procTimes(cmd)
 	finish(r, records*int64(cfg.RecordBytes), records, first, all, cpu)
-	logf("offsetgate: %d records in %.2fs (first after %.2fs): %.1f MB/s, CPU %.2fs", records, r.Seconds, r.FirstSeconds, r.MBps, cpu)
+	logf("%s: %d records in %.2fs (first after %.2fs): %.1f MB/s, CPU %.2fs", tool, records, r.Seconds, r.FirstSeconds, r.MBps, cpu)
 	if exit := cmd.ProcessState.ExitCode(); exit != 0 {
-		return nil, fmt.Errorf("offsetgate mirror exited %d; log %s:\n%s", exit, filepath.Join(cfg.LogDir, "og-mirror.log"), tailFile(filepath.Join(cfg.LogDir, "og-mirror.log"), 20))
+		return nil, nil, fmt.Errorf("offsetgate mirror exited %d; log %s:\n%s", exit, logPath, tailFile(logPath, 20))
 	}
 	// What it preserved: verify through offsetgate.
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(og.listen), kgo.DialTLSConfig(id.tls))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.Verify, r.FirstOffset = verifyLine(ctx, cfg.Source, pcl, topic)
 	pcl.Close()
-
-	// The paced phase: a following mirror.
-	fcmd, fstopped, err := startProc(cfg.OffsetgateBin, mirrorArgs(lagTopic, false), filepath.Join(cfg.LogDir, "og-follow.log"))
-	if err != nil {
-		return nil, err
-	}
-	lat, err := measureLag(ctx, cfg, lagTopic, lagTopic)
-	_ = fcmd.Process.Signal(syscall.SIGINT)
-	<-fstopped
-	if err != nil {
-		return nil, err
-	}
-	lagStats(r, lat)
-	logf("offsetgate lag at %.1f MB/s: p50 %.1f ms, p99 %.1f ms", cfg.LagRate/1e6, r.LagP50Ms, r.LagP99Ms)
-	return r, nil
+	ok = true
+	return r, m, nil
 }
 
 // warmUp mirrors topic once with offsetgate, unmeasured.
@@ -430,8 +659,12 @@ func warmUp(ctx context.Context, cfg MM2Config, topic string, records int64, dad
 		return err
 	}
 	_, _, err = waitCopied(ctx, dadm, topic, records, time.Now(), make(chan struct{}))
+	if err != nil {
+		stopProc(cmd, stopped, syscall.SIGINT, func(string, ...any) {})
+		return err
+	}
 	<-stopped
-	if err == nil && cmd.ProcessState.ExitCode() != 0 {
+	if cmd.ProcessState.ExitCode() != 0 {
 		err = fmt.Errorf("offsetgate mirror exited %d", cmd.ProcessState.ExitCode())
 	}
 	return err
@@ -466,17 +699,19 @@ status.storage.replication.factor = 1
 `, src, dst, strings.Join(topics, ","), tasks)
 }
 
-func runMirrorMaker(ctx context.Context, cfg MM2Config, topic, lagTopic string, records int64, dadm *kadm.Client, logf func(string, ...any)) (*MirrorResult, error) {
+// runMirrorMaker starts MirrorMaker 2 on topic and lagTopic and measures its copy of topic. On
+// success it is left running, following lagTopic for the lag rounds, and the caller stops it.
+func runMirrorMaker(ctx context.Context, cfg MM2Config, topic, lagTopic string, records int64, dadm *kadm.Client, logf func(string, ...any)) (*MirrorResult, *follower, error) {
 	libs, err := testkafka.LibsDir()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if m, _ := filepath.Glob(filepath.Join(libs, "connect-mirror-[0-9]*.jar")); len(m) == 0 {
-		return nil, fmt.Errorf("connect-mirror is not in %s: run testenv/fetch-kafka.sh", libs)
+		return nil, nil, fmt.Errorf("connect-mirror is not in %s: run testenv/fetch-kafka.sh", libs)
 	}
 	props := filepath.Join(cfg.LogDir, "mm2.properties")
 	if err := os.WriteFile(props, []byte(mm2Properties(cfg.Source.Bootstrap(), cfg.Dest.Bootstrap(), []string{topic, lagTopic}, cfg.Partitions)), 0o644); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	java := "java"
 	if h := os.Getenv("JAVA_HOME"); h != "" {
@@ -487,9 +722,9 @@ func runMirrorMaker(ctx context.Context, cfg MM2Config, topic, lagTopic string, 
 	cmd, stopped, err := startProc(java, []string{"-Xmx1g", "-cp", filepath.Join(libs, "*"), "org.apache.kafka.connect.mirror.MirrorMaker", props},
 		filepath.Join(cfg.LogDir, "mm2.log"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer func() {
+	mm := &follower{stopped: stopped, stop: func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-stopped:
@@ -497,27 +732,28 @@ func runMirrorMaker(ctx context.Context, cfg MM2Config, topic, lagTopic string, 
 			_ = cmd.Process.Kill()
 			<-stopped
 		}
+	}}
+	ok := false
+	defer func() {
+		if !ok {
+			mm.stop()
+		}
 	}()
 	first, all, err := waitCopied(ctx, dadm, topic, records, start, stopped)
 	if err != nil {
-		return nil, fmt.Errorf("%w; log %s:\n%s", err, filepath.Join(cfg.LogDir, "mm2.log"), tailFile(filepath.Join(cfg.LogDir, "mm2.log"), 20))
+		return nil, nil, fmt.Errorf("%w; log %s:\n%s", err, filepath.Join(cfg.LogDir, "mm2.log"), tailFile(filepath.Join(cfg.LogDir, "mm2.log"), 20))
 	}
 	cpu := cpuOf(cmd.Process.Pid)
 	finish(r, records*int64(cfg.RecordBytes), records, first, all, cpu)
 	logf("MirrorMaker 2: %d records in %.2fs (first after %.2fs): %.1f MB/s, CPU %.2fs", records, r.Seconds, r.FirstSeconds, r.MBps, cpu)
 	dcl, err := cfg.Dest.Client()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.Verify, r.FirstOffset = verifyLine(ctx, cfg.Source, dcl, topic)
 	dcl.Close()
-	lat, err := measureLag(ctx, cfg, lagTopic, lagTopic)
-	if err != nil {
-		return nil, err
-	}
-	lagStats(r, lat)
-	logf("MirrorMaker 2 lag at %.1f MB/s: p50 %.1f ms, p99 %.1f ms", cfg.LagRate/1e6, r.LagP50Ms, r.LagP99Ms)
-	return r, nil
+	ok = true
+	return r, mm, nil
 }
 
 // verifyLine runs the prover on partition 0 (source against what a consumer of the copy sees)

@@ -16,7 +16,7 @@ import (
 // mm2 runs the comparison with MirrorMaker 2 (bench.RunMM2).
 func mm2(args []string) error {
 	fs := flag.NewFlagSet("mm2", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "short run for CI: 16 MiB, 3 s of paced production")
+	quick := fs.Bool("quick", false, "short run for CI: 16 MiB, 3 s of paced production per tool")
 	clusters := fs.String("clusters", "", "state file from scripts/kafka: use its source and destination clusters")
 	ogBin := fs.String("offsetgate", "bin/offsetgate", "offsetgate binary")
 	baseline := fs.String("baseline", "", "a second offsetgate binary (an earlier build) measured in the same run as offsetgate-baseline")
@@ -24,7 +24,8 @@ func mm2(args []string) error {
 	size := fs.Int("size", 1024, "record size in bytes")
 	parts := fs.Int("partitions", 4, "partitions (MirrorMaker 2's tasks.max)")
 	lagRate := fs.Float64("lag-mbps", 2, "paced producer rate for the lag measurement, MB/s")
-	lagSecs := fs.Float64("lag-seconds", 0, "how long the paced producer runs (default 15, quick 3)")
+	lagSecs := fs.Float64("lag-seconds", 0, "how long the paced producer runs for each tool, over all lag rounds (default 15, quick 3)")
+	lagRounds := fs.Int("lag-rounds", 0, "lag rounds: the tools' lag is measured in turns, this many, the order rotated each round (default 4)")
 	out := fs.String("out", "", "JSON report (default docs/bench/mm2-DATE.json, quick docs/bench/tmp/mm2-quick-DATE.json)")
 	svg := fs.String("svg", "", "SVG chart (default docs/bench/mm2.svg; quick: none)")
 	keepLogs := fs.String("log-dir", "", "keep the offsetgate and MirrorMaker 2 logs in this folder (default: a temporary one, removed)")
@@ -34,6 +35,7 @@ func mm2(args []string) error {
 	mode := modeName(*quick)
 	quickDefault(mib, 0, *quick, 256, 16)
 	quickDefault(lagSecs, 0, *quick, 15, 3)
+	quickDefault(lagRounds, 0, *quick, 4, 4)
 	quickDefault(out, "", *quick, reportPath("mm2", false), reportPath("mm2", true))
 	if *baseline != "" {
 		*svg = "-" // the chart compares the two tools; a baseline run is read from the table
@@ -58,7 +60,7 @@ func mm2(args []string) error {
 		return err
 	}
 	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, BaselineBin: *baseline, Mode: mode,
-		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs,
+		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs, LagRounds: *lagRounds,
 		LogDir: logDir, Progress: os.Stderr})
 	if rep == nil {
 		return runErr
@@ -80,6 +82,20 @@ func mm2(args []string) error {
 	fmt.Printf("\n%-14s %10s %12s %12s %10s %10s %10s\n", "tool", "MB/s", "records/s", "CPU s/GB", "lag p50", "lag p99", "start s")
 	for _, r := range rep.Results {
 		fmt.Printf("%-14s %10.1f %12.0f %12.2f %8.0fms %8.0fms %10.2f\n", r.Tool, r.MBps, r.RecordsPerS, r.CPUPerGB, r.LagP50Ms, r.LagP99Ms, r.FirstSeconds)
+	}
+	if rep.LagRounds > 1 {
+		// The spread between rounds tells whether the lag figures differ by more than noise.
+		line := "lag p50 by round, ms:"
+		for i, r := range rep.Results {
+			if i > 0 {
+				line += ";"
+			}
+			line += " " + r.Tool
+			for _, p := range r.LagRoundP50Ms {
+				line += fmt.Sprintf(" %.0f", p)
+			}
+		}
+		fmt.Println(line)
 	}
 	for _, r := range rep.Results {
 		fmt.Printf("%s verify: %s\n", r.Tool, r.Verify)
