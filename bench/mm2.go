@@ -724,15 +724,7 @@ func runMirrorMaker(ctx context.Context, cfg MM2Config, topic, lagTopic string, 
 	if err != nil {
 		return nil, nil, err
 	}
-	mm := &follower{stopped: stopped, stop: func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-stopped:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-stopped
-		}
-	}}
+	mm := &follower{stopped: stopped, stop: func() { stopProc(cmd, stopped, syscall.SIGTERM, logf) }}
 	ok := false
 	defer func() {
 		if !ok {
