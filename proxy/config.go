@@ -159,8 +159,9 @@ type Limits struct {
 	// what the last collection found live before the next one runs. 0 means 25. offsetgate
 	// allocates little per byte it moves (large frames go through kept buffers), so the peak
 	// heap is mostly the target over buffers in use, and a low target costs little CPU: at 25
-	// the peak RSS under a 16-partition load fell by a fifth with the CPU per GB unchanged
-	// (docs/benchmarks.md, "Run 8"). The environment's GOGC, when set, wins.
+	// the peak RSS under a 16-partition load fell by a fifth, the pass-through CPU per GB within
+	// the runs' spread (1.00-1.15x), a mirror topic's consumers 5-10% more (docs/benchmarks.md,
+	// "Run 8"). The environment's GOGC, when set, wins.
 	GCPercent    int           `yaml:"gc_percent"`
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// SocketSendBytes is the kernel send buffer (SO_SNDBUF) of client and upstream sockets;
