@@ -150,3 +150,89 @@ func TestCompactProduceOddLength(t *testing.T) {
 		t.Fatal("a request with nothing sent yet must not stop compaction")
 	}
 }
+
+// recordSpans decodes a whole Produce frame and returns where its non-empty record sets lie.
+func recordSpans(t *testing.T, frame []byte) [][2]int {
+	t.Helper()
+	h, err := parseReqHeader(frame[4:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.ProduceRequest{Version: h.version}
+	if err := req.UnsafeReadFrom(frame[4+h.bodyOff:]); err != nil {
+		t.Fatal(err)
+	}
+	var spans [][2]int
+	for _, tp := range req.Topics {
+		for _, p := range tp.Partitions {
+			if len(p.Records) > 0 {
+				start := bytes.Index(frame, p.Records) // random bytes: found where they are
+				spans = append(spans, [2]int{start, start + len(p.Records)})
+			}
+		}
+	}
+	return spans
+}
+
+// RecordSetEnd finds, from any prefix of a request, the end of the record set its next byte
+// belongs to, exactly where kmsg's decoder of the whole request has it, and says no between
+// record sets.
+func TestRecordSetEnd(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	for _, v := range []int16{3, 7, 8, 9, 11, 12, 13} {
+		_, frame := produceOf(t, rng, v, 3, 5)
+		spans := recordSpans(t, frame)
+		found := 0
+		var cuts []int
+		for cut := 12; cut < len(frame); cut += rng.Intn(4<<10) + 1 {
+			cuts = append(cuts, cut)
+		}
+		for _, s := range spans { // every byte around each record set's edges
+			for d := -40; d <= 3; d++ {
+				cuts = append(cuts, s[0]+d, s[1]-3+d+40)
+			}
+		}
+		for _, cut := range cuts {
+			if cut < 12 || cut >= len(frame) {
+				continue
+			}
+			want, in := 0, false
+			for _, s := range spans {
+				if s[0] <= cut && cut < s[1] {
+					want, in = s[1], true
+				}
+			}
+			end, ok := RecordSetEnd(frame[:cut], cut)
+			if ok != in || ok && end != want {
+				t.Fatalf("v%d, %d of %d bytes: got %d/%v, want %d/%v", v, cut, len(frame), end, ok, want, in)
+			}
+			if ok {
+				found++
+			}
+		}
+		if found == 0 {
+			t.Fatalf("v%d: no prefix was found in a record set", v)
+		}
+	}
+	// A record set whose length is written in a longer form than kmsg's is not spliced: it
+	// would not be dropped once sent.
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(9)
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "t"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = bytes.Repeat([]byte{0xab}, 200)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	frame := reqFrame(req, 1)
+	i := bytes.Index(frame, rp.Records)
+	if end, ok := RecordSetEnd(frame[:i+10], i+10); !ok || end != i+200 {
+		t.Fatalf("plain length: %d/%v, want %d", end, ok, i+200)
+	}
+	odd := append(append(append([]byte(nil), frame[:i-2]...), 0xc9, 0x81, 0x00), frame[i:]...) // 201 in three bytes
+	size := len(odd) - 4
+	odd[0], odd[1], odd[2], odd[3] = byte(size>>24), byte(size>>16), byte(size>>8), byte(size)
+	if _, ok := RecordSetEnd(odd[:i+11], i+11); ok {
+		t.Fatal("a record set with a length in a longer form was found")
+	}
+}

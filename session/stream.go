@@ -84,6 +84,12 @@ func (s *Session) streamedOutcome(frame []byte, asIs bool) error {
 // topics and partitions. ok is false when a record set's length is not in the form this
 // writes back (then the caller holds the frame whole, as before).
 func CompactProduce(buf []byte, done int) (out []byte, removed int, ok bool) {
+	return CompactProduceFunc(buf, done, nil)
+}
+
+// CompactProduceFunc is CompactProduce, and calls dropped with the place in buf (before the
+// compaction) of every record set it drops.
+func CompactProduceFunc(buf []byte, done int, dropped func(start, end int)) (out []byte, removed int, ok bool) {
 	if len(buf) < 12 || done > len(buf) {
 		return buf, 0, true
 	}
@@ -122,6 +128,9 @@ func CompactProduce(buf []byte, done int) (out []byte, removed int, ok bool) {
 			if at < prev || !bytes.Equal(buf[at:start], lenBytes) {
 				return buf, 0, false
 			}
+			if dropped != nil {
+				dropped(start, end)
+			}
 			if w < 0 {
 				w = at
 			} else {
@@ -145,4 +154,198 @@ func CompactProduce(buf []byte, done int) (out []byte, removed int, ok bool) {
 	size := int(binary.BigEndian.Uint32(out)) - removed
 	binary.BigEndian.PutUint32(out, uint32(size))
 	return out, removed, true
+}
+
+// RecordSetEnd finds the end of the record set a streamed Produce request is in the middle of,
+// before that record set has arrived whole, so that the transport can pass its rest on without
+// reading it (spliced from socket to socket): the bytes of a streamed request's record sets are
+// never looked at (CompactProduce), only where they lie. buf is the frame so far (compacted by
+// CompactProduce), at the offset of its next byte to arrive. ok is false when that byte lies
+// outside a record set (in the partitions' headers) or in one whose length is written in a
+// form CompactProduce would not drop.
+//
+// kmsg cannot say where a record set lies before it has arrived whole (its decoder gives
+// nothing for a prefix that ends inside a field), so this walks the fields in front of the
+// record sets itself. The walk is not trusted: a transport that splices on its word checks
+// every spliced range against the record sets kmsg's decoder finds once they have arrived
+// (RecordSetsOf), and ends the connection before the request's last byte on a disagreement,
+// so a wrong walk can cost a connection, never forward bytes that were not judged.
+func RecordSetEnd(buf []byte, at int) (end int, ok bool) {
+	if len(buf) < 12 || at < 0 || at > len(buf) {
+		return 0, false
+	}
+	frameEnd := 4 + int(binary.BigEndian.Uint32(buf))
+	h, err := parseReqHeader(buf[4:])
+	if err != nil || kmsg.Key(h.key) != kmsg.Produce || h.version < 3 {
+		return 0, false
+	}
+	w := walker{b: buf, off: 4 + h.bodyOff, flexible: h.version >= 9, ok: true}
+	w.nullableLen(true) // transactional id
+	w.skip(max(w.n, 0))
+	w.skip(2 + 4) // acks, timeout
+	for topics := w.array(); topics > 0 && w.ok; topics-- {
+		if h.version >= 13 {
+			w.skip(16) // topic id
+		} else {
+			w.nullableLen(true)
+			w.skip(max(w.n, 0))
+		}
+		for parts := w.array(); parts > 0 && w.ok; parts-- {
+			w.skip(4) // partition
+			lenAt := w.off
+			w.nullableLen(false)
+			if !w.ok {
+				return 0, false
+			}
+			start, n := w.off, w.n
+			if start > at {
+				return 0, false // the next byte lies in the headers before this record set
+			}
+			if n > 0 && at < start+n {
+				// Only the length form CompactProduce writes back (the shortest).
+				var form []byte
+				if w.flexible {
+					form = binary.AppendUvarint(nil, uint64(n)+1)
+				} else {
+					form = binary.BigEndian.AppendUint32(nil, uint32(n))
+				}
+				if !bytes.Equal(buf[lenAt:start], form) || start+n > frameEnd {
+					return 0, false
+				}
+				return start + n, true
+			}
+			w.skip(max(n, 0))
+			w.tags()
+		}
+		w.tags()
+	}
+	return 0, false
+}
+
+// walker reads the fields in front of a Produce request's record sets (RecordSetEnd); ok turns
+// false at the first field that does not lie whole in b, and stays false.
+type walker struct {
+	b        []byte
+	off      int
+	flexible bool
+	ok       bool
+	n        int // the length last read
+}
+
+func (w *walker) skip(n int) {
+	if !w.ok {
+		return
+	}
+	w.off += n
+	if n < 0 || w.off > len(w.b) {
+		w.ok = false
+	}
+}
+
+// nullableLen reads a (nullable) string's or bytes' length into n: -1 for null. short: a
+// string (int16 length) in versions without flexible fields, else bytes (int32).
+func (w *walker) nullableLen(short bool) {
+	if !w.ok {
+		w.n = 0
+		return
+	}
+	switch {
+	case w.flexible:
+		v, k := binary.Uvarint(w.b[min(w.off, len(w.b)):])
+		if k <= 0 || v > 1<<31 {
+			w.ok, w.n = false, 0
+			return
+		}
+		w.off += k
+		w.n = int(v) - 1
+	case short:
+		if w.off+2 > len(w.b) {
+			w.ok, w.n = false, 0
+			return
+		}
+		w.n = int(int16(binary.BigEndian.Uint16(w.b[w.off:])))
+		w.off += 2
+	default:
+		if w.off+4 > len(w.b) {
+			w.ok, w.n = false, 0
+			return
+		}
+		w.n = int(int32(binary.BigEndian.Uint32(w.b[w.off:])))
+		w.off += 4
+	}
+}
+
+// array reads an array's length (0 for a null one, or where the bytes end).
+func (w *walker) array() int {
+	if !w.ok {
+		return 0
+	}
+	if w.flexible {
+		v, k := binary.Uvarint(w.b[min(w.off, len(w.b)):])
+		if k <= 0 || v > 1<<31 {
+			w.ok = false
+			return 0
+		}
+		w.off += k
+		return max(int(v)-1, 0)
+	}
+	if w.off+4 > len(w.b) {
+		w.ok = false
+		return 0
+	}
+	n := int(int32(binary.BigEndian.Uint32(w.b[w.off:])))
+	w.off += 4
+	return max(n, 0)
+}
+
+// tags skips a tagged-field section (flexible versions).
+func (w *walker) tags() {
+	if !w.ok || !w.flexible {
+		return
+	}
+	end, err := skipTags(w.b, w.off)
+	if err != nil {
+		w.ok = false
+		return
+	}
+	w.off = end
+}
+
+// InRecordSets reports whether every range of frame (a whole Produce request) lies inside
+// one of its record sets, as kmsg's decoder finds them: the check a transport makes of bytes
+// it spliced on RecordSetEnd's word before it lets the request's last byte go.
+func InRecordSets(frame []byte, ranges [][2]int) bool {
+	if len(ranges) == 0 {
+		return true
+	}
+	if len(frame) < 12 {
+		return false
+	}
+	h, err := parseReqHeader(frame[4:])
+	if err != nil || kmsg.Key(h.key) != kmsg.Produce || 4+h.bodyOff > len(frame) {
+		return false
+	}
+	req := kmsg.ProduceRequest{Version: h.version}
+	if err := req.UnsafeReadFrom(frame[4+h.bodyOff:]); err != nil {
+		return false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(frame)))
+	for _, r := range ranges {
+		in := false
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				if len(p.Records) == 0 {
+					continue
+				}
+				start := int(uintptr(unsafe.Pointer(unsafe.SliceData(p.Records))) - base)
+				if start <= r[0] && r[1] <= start+len(p.Records) {
+					in = true
+				}
+			}
+		}
+		if !in {
+			return false
+		}
+	}
+	return true
 }

@@ -54,10 +54,12 @@ func main() {
 		err = bench.CopyMain(args, os.Stderr)
 	case "relay":
 		err = bench.RelayMain(args, os.Stdout)
+	case "splicecost":
+		err = bench.SpliceCostMain(args, os.Stdout)
 	case "help":
-		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench takeover [flags] | ogbench partitions [flags] | ogbench relay HOST:PORT... | ogbench copy [flags]\nRun `ogbench run --help` for the flags.")
+		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench takeover [flags] | ogbench partitions [flags] | ogbench relay HOST:PORT... | ogbench copy [flags] | ogbench splicecost [flags]\nRun `ogbench run --help` for the flags.")
 	default:
-		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, takeover, partitions, relay, copy)", cmd)
+		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, takeover, partitions, relay, copy, splicecost)", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
