@@ -56,9 +56,6 @@ type assembly struct {
 	// are still in the processor's cache), and onRead is called after every piece.
 	step   int
 	onRead func() error
-	// splice, when set, may pass the rest of a record set on without reading it (splice.go)
-	// before each read: moved bytes, wait to end the round, probe to read only a little.
-	splice func() (moved int, wait, probe bool, err error)
 	// tight: the frame shrinks while it is read (a compacted streamed request): it grows by
 	// doubling as far as it needs, not to its claimed size, and keeps that room for the next
 	// such frames.
@@ -166,28 +163,12 @@ func (a *assembly) fill(c gnet.Conn) (bool, error) {
 		return false, held(err)
 	}
 	for len(a.buf) < a.want {
-		probe := false
-		if a.splice != nil {
-			moved, wait, p, err := a.splice()
-			switch {
-			case err != nil:
-				return false, err
-			case wait:
-				return false, nil
-			case moved > 0:
-				continue
-			}
-			probe = p
-		}
 		if len(a.buf) == cap(a.buf) {
 			a.grow(1)
 		}
 		ask := min(a.want, cap(a.buf)) - len(a.buf)
 		if a.step > 0 {
 			ask = min(ask, a.step)
-		}
-		if probe {
-			ask = min(ask, spliceProbe)
 		}
 		n, err := unix.Read(c.Fd(), a.buf[len(a.buf):len(a.buf)+ask])
 		switch {
@@ -232,7 +213,7 @@ func held(err error) error {
 // the frame has copied what it keeps.
 func (a *assembly) release() {
 	a.giveBack(a.buf)
-	a.buf, a.want, a.trusted, a.step, a.onRead, a.tight, a.splice = nil, 0, false, 0, nil, false, nil
+	a.buf, a.want, a.trusted, a.step, a.onRead, a.tight = nil, 0, false, 0, nil, false
 }
 
 // holds reports whether b lies in the frame's buffer.
@@ -248,7 +229,7 @@ func (a *assembly) holds(b []byte) bool {
 // lend ends the frame without giving its buffer back: part of it is still to be written
 // upstream, and the writer gives the buffer back with giveBack when done.
 func (a *assembly) lend() {
-	a.buf, a.want, a.trusted, a.step, a.onRead, a.tight, a.splice = nil, 0, false, 0, nil, false, nil
+	a.buf, a.want, a.trusted, a.step, a.onRead, a.tight = nil, 0, false, 0, nil, false
 }
 
 // giveBack returns a pooled buffer to the pool; the spare (or one it replaced) stays out of it.

@@ -169,12 +169,6 @@ type Limits struct {
 	// the socket takes in one write is not copied into the event loop's outbound buffer first;
 	// the kernel caps the value at net.core.wmem_max.
 	SocketSendBytes int `yaml:"socket_send_bytes"`
-	// SpliceRecordSets passes the record sets of large Produce requests from the client's
-	// socket to the broker's through a pipe (splice(2), Linux, plaintext listeners) instead of
-	// reading and writing them. Off by default: measured on loopback it lowered the peak memory
-	// and mostly the CPU per GB producing, and always the throughput (docs/benchmarks.md,
-	// "Spliced record sets").
-	SpliceRecordSets bool `yaml:"splice_record_sets"`
 }
 
 // LogConfig selects the log format and level.

@@ -89,10 +89,6 @@ type gnetClient struct {
 	directBuf   []byte
 	watchID     int32
 	watchAdded  bool
-	// pipe carries spliced record sets to the upstream (splice.go), made at the first;
-	// noSplice: none could be made, the connection's record sets are read.
-	pipe     *recordPipe
-	noSplice bool
 	// lastActive is when the last request arrived or answer was passed on (unix nanoseconds),
 	// for the idle timeout.
 	lastActive atomic.Int64
@@ -259,7 +255,6 @@ func (t *gnetTransport) OnClose(c gnet.Conn, err error) gnet.Action {
 		v.upFrame.close()
 		v.pendingUp = nil
 		v.direct, v.directBuf, v.directBytes = nil, nil, 0
-		v.closePipe()
 		if v.watchID != 0 {
 			t.watch.forget(v.watchID)
 		}
@@ -383,11 +378,9 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			if !whole {
 				break
 			}
-			if err := cl.checkSpliced(cl.inFrame.buf); err != nil {
-				return cl.fail("client", err)
-			}
 			used, err := cl.sess.HandleClient(cl.inFrame.buf)
 			if err != nil {
+				cl.noteCut(err)
 				return cl.fail("client", err)
 			}
 			if used == 0 {
@@ -424,9 +417,6 @@ func (cl *gnetClient) clientTraffic() gnet.Action {
 			cl.inFrame.start(cl.c, want, false)
 			if streamed {
 				cl.inFrame.step, cl.inFrame.onRead = streamStep, cl.streamOut
-				if cl.stream.compact && lim.SpliceRecordSets {
-					cl.inFrame.splice = cl.spliceStep
-				}
 				if err := cl.streamOut(); err != nil {
 					return cl.fail("upstream", err)
 				}
@@ -630,13 +620,11 @@ func (cl *gnetClient) startReading(c gnet.Conn) {
 }
 
 func (cl *gnetClient) fail(side string, err error) gnet.Action {
-	cl.noteCut(err)
 	cl.side, cl.err = side, err
 	return gnet.Close
 }
 
 func (cl *gnetClient) failClient(side string, err error) {
-	cl.noteCut(err)
 	cl.side, cl.err = side, err
 	_ = cl.c.Close()
 }
@@ -645,6 +633,7 @@ func (cl *gnetClient) failClient(side string, err error) {
 
 // Close is called from a Post callback, on the connection's event loop.
 func (cl *gnetClient) Close(err error) {
+	cl.noteCut(err)
 	cl.failClient("client", err)
 }
 
@@ -679,7 +668,7 @@ func (cl *gnetClient) WriteUpstream(b []byte) {
 	if cl.up != nil {
 		switch {
 		case cl.closed:
-		case len(cl.direct) > 0 || cl.piped() > 0:
+		case len(cl.direct) > 0:
 			// Behind a request still being written around gnet: queued after it, in order.
 			cl.direct = append(cl.direct, bytes.Clone(b))
 			cl.directBytes += len(b)
@@ -737,12 +726,6 @@ func (cl *gnetClient) armWatch() {
 func (cl *gnetClient) flushDirect() {
 	if cl.up == nil {
 		return
-	}
-	if empty, err := cl.drainPipe(); err != nil {
-		cl.failClient("upstream", err)
-		return
-	} else if !empty {
-		return // armed again
 	}
 	if err := cl.streamOut(); err != nil && !errors.Is(err, errStreamLag) {
 		cl.failClient("upstream", err)

@@ -34,7 +34,6 @@ type metrics struct {
 	streamed       prometheus.Counter
 	streamCuts     prometheus.Counter
 	streamDropped  prometheus.Counter
-	streamSpliced  prometheus.Counter
 	answersPassed  prometheus.Counter
 }
 
@@ -69,8 +68,6 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Help: "Streamed requests judged not to go on unchanged: the connection was closed before their last byte, so nothing of them was written; the client's next requests are judged whole first."}),
 		streamDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_streamed_bytes_dropped_total",
 			Help: "Record-set bytes of streamed Produce requests dropped from memory once sent to the broker, before the request was whole."}),
-		streamSpliced: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_streamed_bytes_spliced_total",
-			Help: "Record-set bytes of streamed Produce requests passed from the client's socket to the broker's through a pipe (splice), never read into offsetgate's memory (Linux, gnet transport)."}),
 		answersPassed: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_answers_streamed_total",
 			Help: "Large broker answers (Fetch answers with nothing to rewrite) written to their client as they arrived, never held whole (gnet transport)."}),
 	}
@@ -98,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		m.waitTimeouts[k] = wt.WithLabelValues(name)
 	}
 	reg.MustRegister(m.connsOpen, m.connsTotal, m.connsClosed, m.upstreamErrors, m.pausedTotal, m.backlogHolds, m.directRests, m.bufferHigh, m.inFlight,
-		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, m.streamed, m.streamCuts, m.streamDropped, m.streamSpliced, m.answersPassed, reqs, reqBytes, respBytes, lat, rw, la, wt)
+		m.budgetPauses, m.memoryReleases, m.refused, m.upstreamDials, m.streamed, m.streamCuts, m.streamDropped, m.answersPassed, reqs, reqBytes, respBytes, lat, rw, la, wt)
 	return m
 }
 

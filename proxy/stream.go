@@ -3,13 +3,11 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/panjf2000/gnet/v2"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/zap"
 
 	"offsetgate/session"
 )
@@ -35,11 +33,6 @@ type streamState struct {
 	// compact: its record sets are dropped from the frame buffer once sent (compactStream);
 	// sizes and offsets above count the frame as it is held, the dropped bytes left out.
 	compact bool
-	// setEnd is where the record set being read ends (session.RecordSetEnd), 0 when not known;
-	// spliced are the ranges of the frame spliced (splice.go) and not yet found in a record set
-	// by kmsg's decoder. Both count the frame as it is held, like sent.
-	setEnd  int
-	spliced [][2]int
 }
 
 // streamLag is the most of a streamed request read ahead of what the broker's socket took;
@@ -55,7 +48,7 @@ var errStreamLag = errors.New("streamed request ahead of the broker")
 
 // streamLagging reports whether the streamed frame being read is too far ahead of its broker.
 func (cl *gnetClient) streamLagging() bool {
-	return cl.stream.reading && len(cl.inFrame.buf)-cl.stream.sent+cl.piped() >= streamLag
+	return cl.stream.reading && len(cl.inFrame.buf)-cl.stream.sent >= streamLag
 }
 
 // compactFrom is the size from which a streamed request's record sets are dropped once sent:
@@ -112,7 +105,7 @@ func (cl *gnetClient) startStream(c gnet.Conn, want int) bool {
 // streamOut writes what arrived of the streamed frame, all but its last byte, as far as the
 // upstream's socket takes it directly; the rest waits in the frame buffer (FinishStream).
 func (cl *gnetClient) streamOut() error {
-	if !cl.stream.reading || cl.up == nil || cl.up.OutboundBuffered() > 0 || len(cl.direct) > 0 || cl.piped() > 0 {
+	if !cl.stream.reading || cl.up == nil || cl.up.OutboundBuffered() > 0 || len(cl.direct) > 0 {
 		if cl.streamLagging() {
 			if len(cl.direct) == 0 {
 				// gnet still holds earlier requests for the socket: told when it has room
@@ -133,9 +126,7 @@ func (cl *gnetClient) streamOut() error {
 	if err != nil {
 		return fmt.Errorf("writing a streamed request to the broker: %w", err)
 	}
-	if err := cl.compactStream(); err != nil {
-		return err
-	}
+	cl.compactStream()
 	if cl.streamLagging() {
 		if short {
 			cl.armWatch() // the socket is full: flushDirect goes on when it has room
@@ -156,58 +147,24 @@ func (cl *gnetClient) streamOut() error {
 // in the same few MiB of the buffer, still in the processor's cache: dropping them only when the
 // buffer's room ran short saved the moves of the unsent bytes but cost as much again in the
 // kernel's copies into a buffer read through from end to end.
-func (cl *gnetClient) compactStream() error {
+func (cl *gnetClient) compactStream() {
 	if !cl.stream.compact || cl.stream.sent < 4 {
-		return nil
+		return
 	}
-	a, st := &cl.inFrame, &cl.stream
-	lastDrop := -1
-	out, removed, ok := session.CompactProduceFunc(a.buf, st.sent, func(start, end int) {
-		lastDrop = end
-		st.spliced = slices.DeleteFunc(st.spliced, func(r [2]int) bool { return start <= r[0] && r[1] <= end })
-	})
-	// Spliced ranges before a dropped record set's end that lie in none: the walk that found
-	// them was wrong (checked again at the frame's end for those still ahead).
-	for _, r := range st.spliced {
-		if r[0] < lastDrop {
-			return errSpliceCheck
-		}
-	}
-	if !ok || st.sent-removed > compactCap {
-		st.compact = false
+	a := &cl.inFrame
+	out, removed, ok := session.CompactProduce(a.buf, cl.stream.sent)
+	if !ok || cl.stream.sent-removed > compactCap {
+		cl.stream.compact = false
 	}
 	if removed == 0 {
-		return nil
-	}
-	for i := range st.spliced {
-		st.spliced[i][0] -= removed
-		st.spliced[i][1] -= removed
-	}
-	if st.setEnd > st.sent {
-		st.setEnd -= removed // in the record set being read: after every dropped byte
-	} else {
-		st.setEnd = 0
+		return
 	}
 	a.buf, a.want = out, a.want-removed
-	st.sent -= removed
-	st.size -= removed
+	cl.stream.sent -= removed
+	cl.stream.size -= removed
 	cl.t.srv.metrics.streamDropped.Add(float64(removed))
 	// The session counts the request's bytes from the frame it is handed: these are not in it.
 	cl.t.srv.metrics.requestBytes[idx(int16(kmsg.Produce))].Add(float64(removed))
-	return nil
-}
-
-// checkSpliced makes sure, once a streamed request is whole, that every range spliced and not
-// yet dropped with its record set lies in one of the request's record sets.
-func (cl *gnetClient) checkSpliced(frame []byte) error {
-	if len(cl.stream.spliced) == 0 {
-		return nil
-	}
-	if !session.InRecordSets(frame, cl.stream.spliced) {
-		return errSpliceCheck
-	}
-	cl.stream.spliced = nil
-	return nil
 }
 
 // FinishStream sends the streamed frame's rest (session.StreamConn).
@@ -224,10 +181,7 @@ func (cl *gnetClient) FinishStream(frame []byte) {
 // noteCut counts a connection ended because its streamed request was cut, and remembers the
 // client.
 func (cl *gnetClient) noteCut(err error) {
-	if errors.Is(err, errSpliceCheck) {
-		cl.log.Warn("spliced bytes were not in a record set by kmsg's reading of the request: connection closed before the request's end", zap.Error(err))
-	}
-	if err != nil && (errors.Is(err, session.ErrStreamCut) || errors.Is(err, errSpliceCheck)) {
+	if errors.Is(err, session.ErrStreamCut) {
 		cl.t.srv.metrics.streamCuts.Inc()
 		cl.t.srv.cut.add(cl.ip, cl.sess.ClientID())
 	}
