@@ -129,15 +129,20 @@ type sinkKey struct {
 	lane int
 }
 
-// Lanes of a destination broker: ledger appends have a connection of their own, so that a
+// Lanes of a destination broker: ledger appends have connections of their own, so that a
 // write's ledger entry never queues behind other partitions' data (a broker answers a
 // connection's requests one at a time, acks=all replication included); data goes on
 // dataLanes connections by partition, each request of a lane carrying a batch of each of its
 // partitions that has one waiting. One data lane measured best (docs/benchmarks.md): more
-// lanes make thinner requests, and a partition's throughput is one batch per request either way.
+// lanes make thinner requests, and a partition's throughput is one batch per request either
+// way. Ledger appends go on ledgerLanes connections by partition: an append waits for its
+// replication, and the appends of partitions on one connection waited for each other's (one
+// request at a time, sink.OneAtATime), while they rarely shared a request at a steady rate
+// (a partition has one append in flight at most); four lanes cut a following mirror's lag on a
+// loaded destination (docs/benchmarks.md, "Ledger lanes").
 const (
-	ledgerLane = 0
-	dataLanes  = 1
+	ledgerLanes = 4
+	dataLanes   = 1
 )
 
 // sink is the batch sender of a lane of the destination broker at addr, shared by the
@@ -151,7 +156,7 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 	k := sinkKey{addr, lane}
 	sk := w.sinks[k]
 	if sk == nil {
-		if lane == ledgerLane {
+		if lane < 0 {
 			// Ledger appends of concurrent partitions share a request (one replication wait)
 			// rather than waiting for each other's replication in turn on the connection.
 			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"), sink.OneAtATime(), sink.OnAnswer(w.m.took("ledger")))
@@ -167,9 +172,18 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 
 // dataLane is the lane of a partition's data: the same one for all its batches, so they stay in order.
 func dataLane(p *part, partition int32) int {
+	return 1 + int(laneHash(p.tid, partition)%dataLanes)
+}
+
+// ledgerLane is the lane of a partition's ledger appends (negative: ledger lanes).
+func ledgerLane(tid [16]byte, partition int32) int {
+	return -1 - int(laneHash(tid, partition)%ledgerLanes)
+}
+
+func laneHash(tid [16]byte, partition int32) uint32 {
 	h := fnv.New32a()
-	h.Write(p.tid[:])
-	return 1 + int((h.Sum32()+uint32(partition))%dataLanes)
+	h.Write(tid[:])
+	return h.Sum32() + uint32(partition)
 }
 
 // Close stops the writer's batch senders and closes their connections.
@@ -338,7 +352,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if w.cfg.Dial != nil {
 		// Appends of partitions written at the same time share requests, as their data does.
 		app.SendWith(func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
-			r := w.sink(addr, ledgerLane).Send(ctx, topic, id, partition, [][]byte{data})[0]
+			r := w.sink(addr, ledgerLane(id, partition)).Send(ctx, topic, id, partition, [][]byte{data})[0]
 			return r.Answer, r.Err
 		})
 	}
