@@ -326,7 +326,12 @@ func TestPartitionsBenchEndToEnd(t *testing.T) {
 		if !ok {
 			t.Fatalf("no result for %s", tool)
 		}
-		if r.Records != parts*records || r.Batches != parts*records/5 || r.Complete != parts || r.SteadyRecords != 128 || r.CatchUp.Seconds <= 0 || r.Steady.Seconds <= 0 {
+		// The source holds a batch per 5 records, now and then a few more: 65 once in many runs,
+		// where the producer closed a batch early (most likely as the new topic's metadata
+		// arrived in the middle of a round). The count is read from the source itself, so it is
+		// the batches both tools copied either way.
+		if batches := r.Batches; r.Records != parts*records || batches < parts*records/5 || batches > parts*records/5+parts ||
+			r.Complete != parts || r.SteadyRecords != 128 || r.CatchUp.Seconds <= 0 || r.Steady.Seconds <= 0 {
 			t.Fatalf("%s: %+v", tool, r)
 		}
 		want := 1
