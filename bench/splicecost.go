@@ -2,15 +2,12 @@ package bench
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"sort"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -68,8 +65,7 @@ func SpliceCostMain(args []string, out io.Writer) error {
 				v = append(v, f(r))
 			}
 		}
-		sort.Float64s(v)
-		return v[len(v)/2]
+		return median(v)
 	}
 	mbps := func(r spliceCostResult) float64 { return r.MBps }
 	cpu := func(r spliceCostResult) float64 { return r.CPUPerGB }
@@ -174,7 +170,7 @@ func spliceCostRelay(mode, sink string, buf int, total int64, out io.Writer) err
 		n, err = io.CopyBuffer(struct{ io.Writer }{b}, struct{ io.Reader }{a}, make([]byte, buf))
 	}
 	took, cpu := time.Since(t0), selfCPU()-cpu0
-	if err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+	if err != nil {
 		return err
 	}
 	if n != total {
