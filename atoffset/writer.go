@@ -117,6 +117,8 @@ type Writer struct {
 	ledger *ledger.Ledger
 	log    *zap.Logger
 	m      *metrics
+	// meta shares metadata lookups with the other takeovers and writes (the ledger's).
+	meta *rawread.Meta
 
 	mu    sync.Mutex
 	parts map[key]*part
@@ -222,7 +224,11 @@ func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metri
 	if m == nil {
 		m = nopMetrics()
 	}
-	return &Writer{cfg: cfg, cl: cl, ledger: l, log: log, m: m, parts: map[key]*part{}}
+	meta := rawread.NewMeta(cl)
+	if l != nil {
+		meta = l.Meta()
+	}
+	return &Writer{cfg: cfg, cl: cl, ledger: l, log: log, m: m, meta: meta, parts: map[key]*part{}}
 }
 
 // part is one mirror partition: its planning state and what the writer keeps for I/O. mu
@@ -298,7 +304,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	start := time.Now()
 	// The ledger topic has the mirror topic's partition count: partition p's history is
 	// ledger partition p.
-	lp, err := rawread.Lookup(ctx, w.cl, p.topic, partition)
+	lp, err := w.meta.Lookup(ctx, p.topic, partition)
 	if err != nil {
 		return err
 	}
@@ -784,7 +790,7 @@ func (w *Writer) maybeSnapshot(ctx context.Context, p *part, partition int32) {
 		sctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
 		defer cancel()
 		if !p.snapReady {
-			lp, err := rawread.Lookup(sctx, w.cl, p.topic, partition)
+			lp, err := w.meta.Lookup(sctx, p.topic, partition)
 			if err != nil {
 				return err
 			}
@@ -885,7 +891,7 @@ func (w *Writer) enqueue(ctx context.Context, p *part, partition int32, todo []W
 		return none
 	}
 	if p.leaderAddr == "" {
-		lp, err := rawread.LookupLeader(ctx, w.cl, p.topic, partition)
+		lp, err := w.meta.LookupLeader(ctx, p.topic, partition)
 		if err != nil {
 			return none
 		}
@@ -933,7 +939,7 @@ func (w *Writer) produce(ctx context.Context, p *part, partition int32, data []b
 			}
 		}
 		if p.leader < 0 || attempt > 0 {
-			lp, err := rawread.LookupLeader(ctx, w.cl, topic, partition)
+			lp, err := w.meta.LookupLeader(ctx, topic, partition)
 			if err != nil {
 				last = err
 				continue

@@ -33,6 +33,7 @@ import (
 	"offsetgate/internal/ports"
 	"offsetgate/internal/testkafka"
 	"offsetgate/ledger"
+	"offsetgate/mirror"
 	"offsetgate/rawread"
 )
 
@@ -59,7 +60,7 @@ type PartitionsConfig struct {
 	// source batch as it is, with a ledger entry and a Produce request of its own on D, so its
 	// cost follows the batches more than the records.
 	BatchRecords int
-	// Parallel is `offsetgate mirror --parallel` (4, its default).
+	// Parallel is `offsetgate mirror --parallel` (mirror.DefaultParallel when zero).
 	Parallel int
 	// The steady phase: SteadyRate records a second (1,000 by default) spread evenly over
 	// every partition, for SteadySeconds (30).
@@ -199,7 +200,7 @@ func RunPartitions(ctx context.Context, cfg PartitionsConfig) (*PartitionsReport
 		cfg.BatchRecords = 10
 	}
 	if cfg.Parallel <= 0 {
-		cfg.Parallel = 4
+		cfg.Parallel = mirror.DefaultParallel
 	}
 	if cfg.SteadyRate <= 0 {
 		cfg.SteadyRate = 1000

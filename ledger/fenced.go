@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
-	"offsetgate/rawread"
 )
 
 // ErrFenced is an append the destination refused because another holder claimed the ledger
@@ -162,7 +161,7 @@ func (f *Fenced) produce(ctx context.Context, data []byte) (int64, error) {
 			}
 		}
 		if f.leader < 0 || attempt > 0 {
-			lp, err := rawread.LookupLeader(ctx, f.l.cl, f.topic, f.partition)
+			lp, err := f.l.meta.LookupLeader(ctx, f.topic, f.partition)
 			if err != nil {
 				last = err
 				continue

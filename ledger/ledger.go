@@ -165,12 +165,18 @@ type Ledger struct {
 	// of cluster-wide metadata.
 	mu      sync.Mutex
 	ensured map[string]int32
+
+	// meta shares the metadata lookups of concurrent takeovers and reads (rawread.Meta).
+	meta *rawread.Meta
 }
 
 // New wraps offsetgate's own client (acks=all, no linger), which both writes and reads.
 func New(cl *kgo.Client) *Ledger {
-	return &Ledger{cl: cl, dec: kgo.DefaultDecompressor()}
+	return &Ledger{cl: cl, dec: kgo.DefaultDecompressor(), meta: rawread.NewMeta(cl)}
 }
+
+// Meta is the ledger's shared metadata lookups, for the other lookups of the same takeovers.
+func (l *Ledger) Meta() *rawread.Meta { return l.meta }
 
 // Ensure creates the ledger topic of a mirror topic if it does not exist, with at least the
 // mirror topic's partition count (once per process and count).
@@ -325,7 +331,7 @@ func (l *Ledger) Scan(ctx context.Context, topicID string, partition int32, from
 func (l *Ledger) ScanWith(ctx context.Context, hint *rawread.Partition, topicID string, partition int32, from, to int64, fn func(offset int64, e Entry) error) (int64, error) {
 	topic := Topic(topicID)
 	var fnErr error
-	next, err := rawread.EachWith(ctx, l.cl, hint, topic, partition, from, to, func(r *kgo.Record) error {
+	next, err := l.meta.EachWith(ctx, l.cl, hint, topic, partition, from, to, func(r *kgo.Record) error {
 		e, err := Decode(r.Value)
 		if err != nil {
 			fnErr = fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)

@@ -76,7 +76,8 @@ func (l *Ledger) WriteSnapshot(ctx context.Context, topicID string, partition in
 // snapshot partition. nil, nil: there is none (no topic, or nothing written yet).
 func (l *Ledger) LastSnapshot(ctx context.Context, topicID string, partition int32) ([]byte, error) {
 	topic := SnapshotTopic(topicID)
-	if _, err := rawread.Lookup(ctx, l.cl, topic, partition); err != nil {
+	lp, err := l.meta.Lookup(ctx, topic, partition)
+	if err != nil {
 		if errors.Is(err, kerr.UnknownTopicOrPartition) {
 			return nil, nil
 		}
@@ -86,7 +87,12 @@ func (l *Ledger) LastSnapshot(ctx context.Context, topicID string, partition int
 	if err != nil || end == 0 {
 		return nil, err
 	}
-	recs, _, err := rawread.Records(ctx, l.cl, topic, partition, end-1)
+	// The lookup above says where the partition is read (a read that fails with it asks again).
+	var recs []*kgo.Record
+	_, err = l.meta.EachWith(ctx, l.cl, &lp, topic, partition, end-1, -1, func(r *kgo.Record) error {
+		recs = append(recs, r)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: reading %s[%d]: %w", topic, partition, err)
 	}

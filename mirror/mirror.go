@@ -45,7 +45,7 @@ type Config struct {
 	// Parallel is how many produce-at-offset requests are in flight at once (and so how many
 	// connections to each of offsetgate's brokers the run holds). Every partition is mirrored
 	// whatever its value: a partition waits for a free writer only while it has records to
-	// write.
+	// write. DefaultParallel when zero.
 	Parallel int
 	// Depth is how many produce-at-offset requests of one partition a writer keeps in flight
 	// (pipelined on its connection, while no other partition waits for a writer); 1: each
@@ -136,7 +136,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		cfg.MaxBytes = 1 << 20
 	}
 	if cfg.Parallel <= 0 {
-		cfg.Parallel = 4
+		cfg.Parallel = DefaultParallel
 	}
 	if cfg.Depth <= 0 {
 		cfg.Depth = 2
@@ -828,6 +828,14 @@ func leaderAddr(ctx context.Context, px *kgo.Client, topic string, part int32) (
 	}
 	return lp.Addr, nil
 }
+
+// DefaultParallel is the writers of a run that does not say. A following run of many partitions
+// that each take a little at a time needs as many writes in flight as the destination shares in
+// its requests: following 1,000 partitions at one record a second each, 4 writers left 4,483
+// records behind on average, 16 left 1,691, 32 1,562 and 64 or more did worse again on two
+// cores (docs/benchmarks.md, "Writers"). A writer that has nothing to write costs a goroutine;
+// its connections are opened when first used.
+const DefaultParallel = 16
 
 // connPool keeps the magic-header connections to offsetgate's brokers. offsetgate handles a
 // connection's produce-at-offset requests one at a time, so a writer takes a connection of its

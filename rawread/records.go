@@ -44,6 +44,11 @@ func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, fr
 // pages back): hint, when it names a leader, is used instead of asking the cluster first, and
 // is set to what the read found; a read that fails with it asks the cluster as Each does.
 func EachWith(ctx context.Context, cl *kgo.Client, hint *Partition, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
+	return eachWith(ctx, cl, func(ctx context.Context) (Partition, error) { return Lookup(ctx, cl, topic, partition) }, hint, topic, partition, from, to, fn)
+}
+
+// eachWith is EachWith with the lookup of the partition's leader given (a Meta's, or Lookup).
+func eachWith(ctx context.Context, cl *kgo.Client, lookup func(context.Context) (Partition, error), hint *Partition, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
 	var last error
 	done := func(hwm int64) bool { return from >= hwm || (to >= 0 && from >= to) }
 	// A short range is read in small fetches: every batch a fetch returns is decompressed
@@ -68,7 +73,7 @@ func EachWith(ctx context.Context, cl *kgo.Client, hint *Partition, topic string
 		var err error
 		if attempt == 0 && hint != nil && hint.Leader >= 0 && hint.TopicID != ([16]byte{}) {
 			lp = *hint
-		} else if lp, err = Lookup(ctx, cl, topic, partition); err != nil {
+		} else if lp, err = lookup(ctx); err != nil {
 			last = err
 			continue
 		}

@@ -16,9 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"offsetgate/catalog"
@@ -333,19 +331,11 @@ func (v *View) Record(id catalog.TopicID, partition int32, first int64, es []led
 var errGap = errors.New("ledger entry past the index's end")
 
 func (v *View) partitions(ctx context.Context, topic string) (int32, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, mt)
-	resp, err := req.RequestWith(ctx, v.cl)
+	// Shared with the lookups of concurrent loads and takeovers: a topic's partitions are
+	// loaded many at a time, and every answer holds all of them.
+	lp, err := v.ledger.Meta().Lookup(ctx, topic, 0)
 	if err != nil {
-		return 0, fmt.Errorf("source view: metadata of %s: %w", topic, err)
+		return 0, fmt.Errorf("source view: %w", err)
 	}
-	if len(resp.Topics) != 1 {
-		return 0, fmt.Errorf("source view: metadata of %s: %d topics answered", topic, len(resp.Topics))
-	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		return 0, fmt.Errorf("source view: metadata of %s: %w", topic, err)
-	}
-	return int32(len(resp.Topics[0].Partitions)), nil
+	return lp.Partitions, nil
 }

@@ -44,7 +44,7 @@ func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	progress := fs.String("progress", "auto", "auto: a live table on a terminal, log lines otherwise; live; lines")
 	once := fs.Bool("once", false, "mirror up to the source's end at start, then exit (default: keep mirroring until interrupted)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "bytes per source fetch and per produce-at-offset request")
-	parallel := fs.Int("parallel", 4, "produce-at-offset writes in flight at once (and connections to each offsetgate broker); every partition is mirrored whatever its value")
+	parallel := fs.Int("parallel", mirror.DefaultParallel, "produce-at-offset writes in flight at once (and connections to each offsetgate broker); every partition is mirrored whatever its value")
 	depth := fs.Int("depth", 2, "produce-at-offset requests of one partition in flight at once (1 to 4), pipelined on a writer's connection while no other partition waits for a writer; 1: each waits for the answer to the one before")
 	groups := fs.String("groups", "", "copy the committed offsets of source consumer groups matching this regular expression")
 	groupInterval := fs.Duration("group-interval", 5*time.Second, "how often group offsets are copied, the source's log start is followed and --topic-regex is looked at again, while following")

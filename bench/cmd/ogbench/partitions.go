@@ -24,7 +24,7 @@ func partitions(args []string) error {
 	records := fs.Int("records", 200, "records per partition when the tool starts")
 	size := fs.Int("size", 100, "record value size in bytes")
 	batch := fs.Int("batch-records", 10, "records per source batch in the fill")
-	parallel := fs.Int("parallel", 4, "offsetgate mirror --parallel")
+	parallel := fs.Int("parallel", 0, "offsetgate mirror --parallel (0: its default)")
 	rate := fs.Float64("steady-rate", 1000, "records per second of the steady phase, round robin over the partitions")
 	steadySecs := fs.Float64("steady-seconds", 30, "how long the steady phase's producer runs")
 	timeout := fs.Duration("catch-up-timeout", 20*time.Minute, "a tool that has not copied every record by then failed")
