@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/errgroup"
 
 	"offsetgate/catalog"
 	"offsetgate/rules"
@@ -215,28 +216,39 @@ func allKnown(cat Catalog, ids []catalog.TopicID) bool {
 	return true
 }
 
-// load reads the source views a decision needs. One that cannot be read is left missing: the
-// decision refuses what it cannot translate (a source view is never guessed).
+// loadParallel is how many partitions' views one request reads at once. Each read is a few
+// round trips to the destination (the ledger partition's leader, its end, its entries), and a
+// request may name every partition of a topic: a mirroring client starting on 1,000
+// partitions asks their mirrored ends in one ListOffsets, which read one after the other took
+// longer than its wait for the destination.
+const loadParallel = 16
+
+// load reads the source views a decision needs, several partitions at once. One that cannot
+// be read is left missing: the decision refuses what it cannot translate (a source view is
+// never guessed).
 func load(ctx context.Context, v View, parts []mirrorPart, topics []catalog.Topic, refresh bool) error {
-	var failed error
+	var g errgroup.Group
+	g.SetLimit(loadParallel)
 	for _, p := range parts {
-		if pv := v.Get(p.t.ID, p.partition); refresh && pv != nil {
-			pv.Stale()
-		}
-		pv := v.Get(p.t.ID, p.partition)
-		if pv == nil || pv.NeedsRefresh() {
-			var err error
-			if pv, err = v.Load(ctx, p.t, p.partition); err != nil {
-				failed = err
-				continue
+		g.Go(func() error {
+			if pv := v.Get(p.t.ID, p.partition); refresh && pv != nil {
+				pv.Stale()
 			}
-		}
-		if d, ok := p.page(pv); ok {
-			if err := pv.LoadAt(ctx, d); err != nil {
-				failed = err
+			pv := v.Get(p.t.ID, p.partition)
+			if pv == nil || pv.NeedsRefresh() {
+				var err error
+				if pv, err = v.Load(ctx, p.t, p.partition); err != nil {
+					return err
+				}
 			}
-		}
+			if d, ok := p.page(pv); ok {
+				return pv.LoadAt(ctx, d)
+			}
+			return nil
+		})
 	}
+	// The group is not cancelled by an error: every view is tried, and what was read serves.
+	failed := g.Wait()
 	if err := v.LoadTopics(ctx, topics); err != nil {
 		failed = err
 	}

@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"offsetgate/catalog"
 	"offsetgate/rules"
+	"offsetgate/view"
 )
 
 // postConn runs the functions the session posts on the test's goroutine, when it asks.
@@ -81,5 +84,65 @@ func TestWaitTimeout(t *testing.T) {
 	}
 	if obs.timeouts != 1 {
 		t.Fatalf("%d timeouts counted", obs.timeouts)
+	}
+}
+
+// gatedView reads no source view: every Load waits until `want` loads are in flight at once
+// (after a wait of 5 s, none waits any more) and fails, counting what ran and how many ran
+// together.
+type gatedView struct {
+	View
+	want    int32
+	mu      sync.Mutex
+	now     int32
+	most    int32
+	loads   int32
+	arrived chan struct{}
+	open    sync.Once
+}
+
+func (v *gatedView) Get(catalog.TopicID, int32) *view.Partition { return nil }
+
+func (v *gatedView) Load(ctx context.Context, _ catalog.Topic, _ int32) (*view.Partition, error) {
+	v.mu.Lock()
+	v.now++
+	v.loads++
+	v.most = max(v.most, v.now)
+	if v.now == v.want {
+		v.open.Do(func() { close(v.arrived) })
+	}
+	v.mu.Unlock()
+	select {
+	case <-v.arrived:
+	case <-time.After(5 * time.Second):
+		v.open.Do(func() { close(v.arrived) })
+	case <-ctx.Done():
+	}
+	v.mu.Lock()
+	v.now--
+	v.mu.Unlock()
+	return nil, errors.New("not read")
+}
+
+func (v *gatedView) LoadTopics(context.Context, []catalog.Topic) error { return nil }
+
+// The views a request needs are read several at once, at most loadParallel, and every one is
+// tried even when others fail: a ListOffsets naming 1,000 partitions read one view after the
+// other took longer than the wait for the destination.
+func TestLoadReadsViewsAtOnce(t *testing.T) {
+	v := &gatedView{want: loadParallel, arrived: make(chan struct{})}
+	var parts []mirrorPart
+	tp := catalog.Topic{Name: "mirrored", ID: catalog.TopicID{1}}
+	for i := range int32(100) {
+		parts = append(parts, mirrorPart{t: tp, partition: i})
+	}
+	if err := load(context.Background(), v, parts, nil, false); err != nil {
+		t.Fatalf("load: %v (a view that cannot be read is left missing, not an error)", err)
+	}
+	if v.loads != 100 {
+		t.Errorf("%d views tried, want every one of 100", v.loads)
+	}
+	if v.most != loadParallel {
+		t.Errorf("at most %d views read at once, want %d", v.most, loadParallel)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"offsetgate/catalog"
 	"offsetgate/ledger"
@@ -92,41 +93,43 @@ func (v *View) Prefetch(ts []catalog.Topic) {
 	}()
 }
 
-// loadParallel is how many topics LoadTopics loads at once: a destination with hundreds of
-// mirror topics is loaded in seconds, not one ledger read after another.
+// loadParallel bounds the work of LoadTopics: how many topics are looked up at once, and,
+// apart, how many partitions' ledgers are read at once. A destination with hundreds of mirror
+// topics, or a topic of a thousand partitions, is loaded in seconds, not one ledger read after
+// another (each is a few round trips to the destination).
 const loadParallel = 16
 
-// LoadTopics loads every partition of the topics not loaded yet, several topics at once. It
-// returns one of the errors, after every topic was tried.
+// LoadTopics loads every partition of the topics not loaded yet, several at once. It returns
+// one of the errors, after every topic was tried.
 func (v *View) LoadTopics(ctx context.Context, ts []catalog.Topic) error {
 	var (
-		mu     sync.Mutex
-		failed error
-		wg     sync.WaitGroup
+		mu            sync.Mutex
+		failed        error
+		topics, reads errgroup.Group
 	)
-	sem := make(chan struct{}, loadParallel)
+	// Two groups: a topic's task waits for slots of reads, which never wait for topics.
+	topics.SetLimit(loadParallel)
+	reads.SetLimit(loadParallel)
 	for _, t := range ts {
 		if v.TopicLoaded(t.ID) {
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return ctx.Err()
+		if ctx.Err() != nil {
+			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := v.LoadTopic(ctx, t); err != nil {
+		topics.Go(func() error {
+			if err := v.loadTopic(ctx, t, &reads); err != nil {
 				mu.Lock()
 				failed = fmt.Errorf("%s: %w", t.Name, err)
 				mu.Unlock()
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = topics.Wait()
+	if failed == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
 	return failed
 }
 
@@ -289,8 +292,16 @@ func (v *View) rebuild(ctx context.Context, p *Partition, t catalog.Topic, parti
 	return next, nil
 }
 
-// LoadTopic loads every partition of a mirror topic.
+// LoadTopic loads every partition of a mirror topic, several at once.
 func (v *View) LoadTopic(ctx context.Context, t catalog.Topic) error {
+	var reads errgroup.Group
+	reads.SetLimit(loadParallel)
+	return v.loadTopic(ctx, t, &reads)
+}
+
+// loadTopic is LoadTopic with its partitions' reads run by reads, which the topics loaded
+// together share. It returns one of the errors, after every partition was tried.
+func (v *View) loadTopic(ctx context.Context, t catalog.Topic, reads *errgroup.Group) error {
 	count, err := v.partitions(ctx, t.Name)
 	if err != nil {
 		return err
@@ -298,10 +309,29 @@ func (v *View) LoadTopic(ctx context.Context, t catalog.Topic) error {
 	if err := v.ledger.Ensure(ctx, catalog.IDString(t.ID), count); err != nil {
 		return err
 	}
-	for i := int32(0); i < count; i++ {
-		if _, err := v.load(ctx, t, i, true); err != nil {
-			return err
-		}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed error
+	)
+	for i := int32(0); i < count && ctx.Err() == nil; i++ {
+		wg.Add(1)
+		reads.Go(func() error {
+			defer wg.Done()
+			if _, err := v.load(ctx, t, i, true); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	wg.Wait()
+	if failed == nil {
+		failed = ctx.Err() // stopped before every partition was read
+	}
+	if failed != nil {
+		return failed
 	}
 	v.mu.Lock()
 	v.topics[t.ID] = true
