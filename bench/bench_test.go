@@ -355,4 +355,8 @@ func TestPartitionsBenchEndToEnd(t *testing.T) {
 	if s := og.CatchUp.Processes[0]; s.Takeovers != parts || s.Writes < parts {
 		t.Fatalf("offsetgate serve's writes: %+v", s)
 	}
+	// A second instance answered the ends of every partition (through source views it read).
+	if og.SecondInstanceSeconds <= 0 {
+		t.Fatalf("second instance not measured: %+v", og)
+	}
 }

@@ -147,6 +147,12 @@ type PartitionsResult struct {
 	// source's at the end (it is Partitions when the tool copied every record exactly once).
 	Complete int    `json:"partitions_complete"`
 	Error    string `json:"error,omitempty"`
+	// SecondInstanceSeconds (offsetgate only) is, after the catch-up, from the start of a
+	// second offsetgate serve in front of the same destination until it answered a
+	// ListOffsets of every partition's end without an error: what consumers cutting over to
+	// an instance that has not read the topic's ledgers wait for (every partition's source
+	// view read first). Its process start included; 0: not measured.
+	SecondInstanceSeconds float64 `json:"second_instance_list_offsets_seconds,omitempty"`
 }
 
 // PartitionsReport is the JSON of a run.
@@ -381,6 +387,15 @@ func runPartitionsTool(ctx context.Context, cfg PartitionsConfig, tool string) (
 		r.logf("  %-18s CPU %6.2fs, RSS peak %7.1f MiB, at the end %7.1f MiB%s", p.Process, p.CPUSeconds, kib2mib(p.PeakRSSKiB), kib2mib(p.RSSKiB), p.work())
 	}
 
+	if tool == ToolOffsetgate {
+		secs, err := r.secondInstance(ctx)
+		if err != nil {
+			return res, fmt.Errorf("a second instance: %w", err)
+		}
+		res.SecondInstanceSeconds = secs
+		r.logf("a second offsetgate serve answered the ends of %d partitions %.2fs after its start", cfg.Partitions, secs)
+	}
+
 	// Following: the paced producer, then until the destination holds all it wrote.
 	m.begin()
 	n, maxBehind, meanBehind, err := r.steady(ctx, want)
@@ -408,6 +423,44 @@ func runPartitionsTool(ctx context.Context, cfg PartitionsConfig, tool string) (
 		r.logf("  %-18s CPU %5.1f%%, RSS peak %7.1f MiB, at the end %7.1f MiB%s", p.Process, p.CPUPercent, kib2mib(p.PeakRSSKiB), kib2mib(p.RSSKiB), p.work())
 	}
 	return res, nil
+}
+
+// secondInstance starts a second offsetgate serve in front of the destination and times it
+// from its start until a ListOffsets of every partition of the mirror topic through it is
+// answered without an error (retried while one fails, for at most two minutes).
+func (r *partitionsRun) secondInstance(ctx context.Context) (float64, error) {
+	start := time.Now()
+	og, id, err := startMirroringServeWith(ctx, r.cfg.OffsetgateBin, r.cfg.Dest, r.cfg.LogDir, "offsetgate-partitions-second", r.cfg.Prefix+"-*", "")
+	if err != nil {
+		return 0, err
+	}
+	defer og.stop()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(og.listen), kgo.DialTLSConfig(id.tls))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var last error
+	for lctx.Err() == nil {
+		ends, err := adm.ListEndOffsets(lctx, r.topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			n := 0
+			ends.Each(func(kadm.ListedOffset) { n++ })
+			if n == r.cfg.Partitions {
+				return time.Since(start).Seconds(), nil
+			}
+			err = fmt.Errorf("%d of %d partitions answered", n, r.cfg.Partitions)
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("no complete answer in two minutes: %v", last)
 }
 
 // fill writes Records records to every partition of the source topic, BatchRecords at a

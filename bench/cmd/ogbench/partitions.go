@@ -103,6 +103,9 @@ func printPartitions(rep *bench.PartitionsReport) {
 				}
 			}
 		}
+		if r.SecondInstanceSeconds > 0 {
+			fmt.Printf("%-11s a second instance answered a ListOffsets of every partition %.2f s after its start\n", r.Tool, r.SecondInstanceSeconds)
+		}
 		if r.Error != "" {
 			fmt.Printf("%-11s error: %s\n", r.Tool, r.Error)
 		}
