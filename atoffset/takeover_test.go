@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +98,101 @@ func sourceBatch(base int64, n int) []byte {
 	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
 	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return out
+}
+
+// A takeover asks for D's high watermark, and for a partition never written for its data's
+// producer id, while it claims the partition: both are sent before the owner entry is appended
+// (the owner entry's append is held until they arrive, or for 3 s), and the write lands as
+// without the overlap.
+func TestTakeoverReadsWhileClaiming(t *testing.T) {
+	c, cl := ledgertest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	const topic = "mirrored"
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil || td[topic].Err != nil {
+		t.Fatal(err, td[topic].Err)
+	}
+	tid := td[topic].ID
+	lt := ledger.Topic(catalog.IDString(tid))
+
+	var (
+		mu                  sync.Mutex
+		hwmAsked, pidAsked  bool
+		ownerHeld           bool
+		atOwner             [2]bool // hwmAsked, pidAsked when the owner entry's append arrived
+		ready               = make(chan struct{})
+		readyClosed, seenOw bool
+	)
+	mark := func(f *bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		*f = true
+		if hwmAsked && pidAsked && !readyClosed {
+			readyClosed = true
+			close(ready)
+		}
+	}
+	c.ControlKey(int16(kmsg.ListOffsets), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range r.(*kmsg.ListOffsetsRequest).Topics {
+			if rt.Topic == topic {
+				mark(&hwmAsked)
+			}
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.InitProducerID), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if r.(*kmsg.InitProducerIDRequest).TransactionalID == nil {
+			mark(&pidAsked) // the data's producer; the claim has a transactional id
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		// Topics by name (v12 and before) or by id (v13 on): the first write that is not the
+		// mirror partition's data is the owner entry.
+		if len(req.Topics) != 1 || !(req.Topics[0].Topic == lt || req.Topics[0].Topic == "" && req.Topics[0].TopicID != tid) {
+			return nil, nil, false
+		}
+		mu.Lock()
+		first := !seenOw
+		seenOw = true
+		mu.Unlock()
+		if !first {
+			return nil, nil, false
+		}
+		c.SleepControl(func() {
+			select {
+			case <-ready:
+			case <-time.After(3 * time.Second):
+			}
+		})
+		mu.Lock()
+		ownerHeld, atOwner = true, [2]bool{hwmAsked, pidAsked}
+		mu.Unlock()
+		return nil, nil, false
+	})
+
+	w := New(Config{Instance: "one", Lease: 10 * time.Second}, cl, ledger.New(cl), zap.NewNop(), nil)
+	defer w.Close()
+	mt := catalog.Topic{Name: topic, ID: tid}
+	if res := w.Write(ctx, mt, 0, sourceBatch(0, 3), -1, false, nil); res.Code != 0 || res.BaseOffset != 0 {
+		t.Fatalf("the first write: code %d %q at %d, want written at 0", res.Code, res.Msg, res.BaseOffset)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !ownerHeld {
+		t.Fatal("no append to the ledger was seen")
+	}
+	if !atOwner[0] || !atOwner[1] {
+		t.Fatalf("when the owner entry was appended: high watermark asked %v, data producer id asked %v; want both asked while claiming", atOwner[0], atOwner[1])
+	}
 }

@@ -315,18 +315,31 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	// final: the replay cannot use a snapshot, for as long as this configuration and these
 	// snapshots stand (none taken, or none this offsetgate reads); a snapshot that is only
 	// absent (or not read) may be there on the next look.
-	base, from, final, err := w.lastSnapshot(ctx, p, partition)
-	whole := false // the ledger was checked whole already
-	if err != nil {
-		// A ledger never trimmed is enough alone; one trimmed needs the snapshot, so the load
-		// fails (retriably) until it can be read.
-		if w.wholeLedger(ctx, p, partition, false) != nil {
-			return err
+	base, from, final, snapErr := w.lastSnapshot(ctx, p, partition)
+	// read reads the ledger from a snapshot's offset on, or whole; a whole read proves by itself
+	// that the ledger still starts at 0 (ledger.ReadWhole), and only one that finds it trimmed
+	// asks where it starts, to say whether reading again can help.
+	read := func(from int64) ([]ledger.Entry, int64, error) {
+		if from > 0 {
+			return w.ledger.ReadFrom(ctx, p.id, partition, from)
 		}
-		whole = true
-		w.log.Warn("snapshot not read: reading the whole ledger", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
+		es, next, err := w.ledger.ReadWhole(ctx, p.id, partition)
+		switch {
+		case err != nil && snapErr != nil:
+			// A ledger never trimmed is enough alone; one trimmed needs the snapshot, so the
+			// load fails (retriably) until it can be read, and a read that fails otherwise
+			// was only the way around the snapshot.
+			err = snapErr
+		case errors.Is(err, rawread.ErrGone):
+			if werr := w.wholeLedger(ctx, p, partition, final); werr != nil {
+				err = werr
+			}
+		case err == nil && snapErr != nil:
+			w.log.Warn("snapshot not read: the whole ledger was read", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(snapErr))
+		}
+		return es, next, err
 	}
-	es, next, err := w.ledger.ReadFrom(ctx, p.id, partition, from)
+	es, next, err := read(from)
 	if err == nil && from > 0 && next < from {
 		err = BeyondEnd(ctx, w.cl, p.id, partition, from, next)
 		if err == nil {
@@ -334,11 +347,8 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			w.log.Warn("snapshot beyond the ledger's end: reading the whole ledger", zap.String("topic", p.topic),
 				zap.Int32("partition", partition), zap.Int64("snapshot_at", from), zap.Int64("ledger_end", next))
 			base, from, final = Replayed{State: State{Next: -1, Epoch: -1}}, 0, true
-			es, next, err = w.ledger.ReadFrom(ctx, p.id, partition, 0)
+			es, next, err = read(0)
 		}
-	}
-	if err == nil && from == 0 && !whole {
-		err = w.wholeLedger(ctx, p, partition, final)
 	}
 	if err != nil {
 		return err
@@ -348,6 +358,14 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if r.Owner != "" && r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
 		return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 	}
+	// D's high watermark, and for a partition never written a producer id for its data, are
+	// asked for now, while the claim and the owner entry below go (each a replicated write):
+	// neither needs the claim. A watermark read earlier can only be lower, which makes more
+	// entries pending (retried with their own producer values, and confirmed from D again when
+	// D refuses a resend); a partition that turns out not to be fresh after all leaves its
+	// producer id unused.
+	ahead := w.readAhead(ctx, p.topic, partition, len(r.Segments) == 0 && r.Next < 0)
+	defer ahead.stop()
 	// Claim: the partition's ledger producer gets a new epoch, and this process's first append
 	// (the owner entry) makes the destination refuse every earlier holder's appends. What an
 	// earlier holder appended before that is read now, so nothing it planned goes unseen.
@@ -382,7 +400,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	p.aligned = 0 // deleting again below the same offset is harmless
 	// What D holds for sure is below its high watermark; entries at or beyond it may or may not
 	// be written, and are retried with their own producer values before anything new.
-	hwm, err := w.highWatermark(ctx, p.topic, partition)
+	hwm, err := ahead.highWatermark()
 	if err != nil {
 		return err
 	}
@@ -409,7 +427,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if fresh {
 		// A fresh mirror partition: D's end is where the first segment starts.
 		p.st.DNext = hwm
-		pid, epoch, err := w.initProducer(ctx)
+		pid, epoch, err := ahead.producer(ctx)
 		if err != nil {
 			return err
 		}
@@ -453,6 +471,65 @@ type ownedError struct {
 
 func (e *ownedError) Error() string {
 	return fmt.Sprintf("owned by offsetgate instance %q until %s", e.owner, e.until.Format(time.RFC3339))
+}
+
+// takeoverReads are a takeover's reads that need no ownership, run while it claims the
+// partition (Writer.load). Its goroutine is the takeover's: stop ends and waits for it.
+type takeoverReads struct {
+	w      *Writer
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	hwm    int64
+	hwmErr error
+
+	asked bool // a producer id was asked for
+	pid   int64
+	epoch int16
+	pErr  error
+}
+
+func (w *Writer) readAhead(ctx context.Context, topic string, partition int32, fresh bool) *takeoverReads {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &takeoverReads{w: w, cancel: cancel, done: make(chan struct{}), asked: fresh}
+	go func() {
+		defer close(t.done)
+		var pidDone chan struct{}
+		if fresh {
+			pidDone = make(chan struct{})
+			go func() {
+				defer close(pidDone)
+				t.pid, t.epoch, t.pErr = w.initProducer(ctx)
+			}()
+		}
+		t.hwm, t.hwmErr = w.highWatermark(ctx, topic, partition)
+		if pidDone != nil {
+			<-pidDone
+		}
+	}()
+	return t
+}
+
+// highWatermark waits for the read of D's high watermark.
+func (t *takeoverReads) highWatermark() (int64, error) {
+	<-t.done
+	return t.hwm, t.hwmErr
+}
+
+// producer is the data producer id asked for ahead, or one asked for now when the partition
+// did not look fresh before the claim.
+func (t *takeoverReads) producer(ctx context.Context) (int64, int16, error) {
+	<-t.done
+	if !t.asked {
+		return t.w.initProducer(ctx)
+	}
+	return t.pid, t.epoch, t.pErr
+}
+
+// stop cancels what is still asked and waits for it.
+func (t *takeoverReads) stop() {
+	t.cancel()
+	<-t.done
 }
 
 func (w *Writer) highWatermark(ctx context.Context, topic string, partition int32) (int64, error) {

@@ -316,6 +316,32 @@ func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, 
 	return out, next, nil
 }
 
+// ReadWhole returns every entry of a partition's ledger and the ledger offset to read from
+// next time, or an error wrapping rawread.ErrGone when the ledger no longer starts at 0 (it
+// was trimmed below a snapshot, before or during the read): a replay that needs the whole
+// history learns from the read itself that it has it.
+func (l *Ledger) ReadWhole(ctx context.Context, topicID string, partition int32) ([]Entry, int64, error) {
+	topic := Topic(topicID)
+	var out []Entry
+	var fnErr error
+	next, err := l.meta.EachExact(ctx, l.cl, topic, partition, 0, -1, func(r *kgo.Record) error {
+		e, err := Decode(r.Value)
+		if err != nil {
+			fnErr = fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
+			return fnErr
+		}
+		out = append(out, e)
+		return nil
+	})
+	switch {
+	case fnErr != nil:
+		return nil, 0, fnErr
+	case err != nil:
+		return nil, 0, fmt.Errorf("ledger: %w", err)
+	}
+	return out, next, nil
+}
+
 // Scan hands the entries of a partition's ledger from ledger offset from up to to (exclusive;
 // -1: its high watermark) to fn with their ledger offsets, one fetch at a time (rawread.Each:
 // raw fetches from the leader with offsetgate's own client), and returns the ledger offset to

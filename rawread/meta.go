@@ -69,7 +69,15 @@ func (m *Meta) LookupLeader(ctx context.Context, topic string, partition int32) 
 
 // EachWith is rawread.EachWith, its leader lookups shared.
 func (m *Meta) EachWith(ctx context.Context, cl *kgo.Client, hint *Partition, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
-	return eachWith(ctx, cl, func(ctx context.Context) (Partition, error) { return m.Lookup(ctx, topic, partition) }, hint, topic, partition, from, to, fn)
+	return eachWith(ctx, cl, func(ctx context.Context) (Partition, error) { return m.Lookup(ctx, topic, partition) }, hint, topic, partition, from, to, false, fn)
+}
+
+// EachExact is EachWith for a reader that must see every offset from from on: where the log
+// no longer holds some of them (its start moved past them, before or during the read), the
+// read stops with ErrGone instead of going on from the new start. A read that succeeds is
+// proof the log held all of them when each was fetched.
+func (m *Meta) EachExact(ctx context.Context, cl *kgo.Client, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
+	return eachWith(ctx, cl, func(ctx context.Context) (Partition, error) { return m.Lookup(ctx, topic, partition) }, nil, topic, partition, from, to, true, fn)
 }
 
 // topic answers with a Metadata response for topic from a request sent after the call began.

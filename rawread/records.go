@@ -44,11 +44,16 @@ func Each(ctx context.Context, cl *kgo.Client, topic string, partition int32, fr
 // pages back): hint, when it names a leader, is used instead of asking the cluster first, and
 // is set to what the read found; a read that fails with it asks the cluster as Each does.
 func EachWith(ctx context.Context, cl *kgo.Client, hint *Partition, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
-	return eachWith(ctx, cl, func(ctx context.Context) (Partition, error) { return Lookup(ctx, cl, topic, partition) }, hint, topic, partition, from, to, fn)
+	return eachWith(ctx, cl, func(ctx context.Context) (Partition, error) { return Lookup(ctx, cl, topic, partition) }, hint, topic, partition, from, to, false, fn)
 }
 
+// ErrGone is the error of an exact read (Meta.EachExact) that met offsets the log no longer
+// holds: retention or a trim moved its start past them.
+var ErrGone = errors.New("offsets gone from the log (its start moved past them)")
+
 // eachWith is EachWith with the lookup of the partition's leader given (a Meta's, or Lookup).
-func eachWith(ctx context.Context, cl *kgo.Client, lookup func(context.Context) (Partition, error), hint *Partition, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error) {
+// exact: offsets the log no longer holds are ErrGone, not skipped.
+func eachWith(ctx context.Context, cl *kgo.Client, lookup func(context.Context) (Partition, error), hint *Partition, topic string, partition int32, from, to int64, exact bool, fn func(*kgo.Record) error) (int64, error) {
 	var last error
 	done := func(hwm int64) bool { return from >= hwm || (to >= 0 && from >= to) }
 	// A short range is read in small fetches: every batch a fetch returns is decompressed
@@ -118,6 +123,8 @@ func eachWith(ctx context.Context, cl *kgo.Client, lookup func(context.Context) 
 					switch {
 					case lerr != nil:
 						last = lerr
+					case from < start && exact:
+						return from, fmt.Errorf("reading %s[%d] from %d: %w (it starts at %d)", topic, partition, from, ErrGone, start)
 					case from < start && (to < 0 || start < to):
 						from = start
 						continue
