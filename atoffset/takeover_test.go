@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
@@ -40,15 +41,7 @@ func takeoverWithUnreadableSnapshot(t *testing.T, metadataCode, listCode int32) 
 	defer cancel()
 
 	const topic = "mirrored"
-	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	td, err := adm.ListTopics(ctx, topic)
-	if err != nil || td[topic].Err != nil {
-		t.Fatal(err, td[topic].Err)
-	}
-	tid := td[topic].ID
+	tid := oneTopic(ctx, t, cl, topic)
 	id := catalog.IDString(tid)
 
 	// An earlier instance's history: two claims, a snapshot after them, the ledger trimmed
@@ -110,15 +103,7 @@ func TestTakeoverReadsWhileClaiming(t *testing.T) {
 	defer cancel()
 
 	const topic = "mirrored"
-	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	td, err := adm.ListTopics(ctx, topic)
-	if err != nil || td[topic].Err != nil {
-		t.Fatal(err, td[topic].Err)
-	}
-	tid := td[topic].ID
+	tid := oneTopic(ctx, t, cl, topic)
 	lt := ledger.Topic(catalog.IDString(tid))
 
 	var (
@@ -195,4 +180,18 @@ func TestTakeoverReadsWhileClaiming(t *testing.T) {
 	if !atOwner[0] || !atOwner[1] {
 		t.Fatalf("when the owner entry was appended: high watermark asked %v, data producer id asked %v; want both asked while claiming", atOwner[0], atOwner[1])
 	}
+}
+
+// oneTopic creates a topic of one partition and returns its id.
+func oneTopic(ctx context.Context, t *testing.T, cl *kgo.Client, topic string) [16]byte {
+	t.Helper()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil || td[topic].Err != nil {
+		t.Fatal(err, td[topic].Err)
+	}
+	return td[topic].ID
 }
