@@ -224,7 +224,7 @@ func TestMM2BenchEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := bench.RunMM2(ctx, bench.MM2Config{Source: pair.Source, Dest: pair.Dest, OffsetgateBin: bin, Mode: "test",
-		Bytes: 4 << 20, RecordBytes: 1024, Partitions: 2, LagRate: 1e6, LagSeconds: 2, Progress: logWriter{t}})
+		Bytes: 4 << 20, RecordBytes: 1024, Partitions: 2, LagRate: 1e6, LagSeconds: 2, ReplicationFactor: 2, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +238,15 @@ func TestMM2BenchEndToEnd(t *testing.T) {
 	}
 	if !strings.HasSuffix(rep.Results[0].Verify, "identical") || strings.HasSuffix(rep.Results[1].Verify, "identical") {
 		t.Fatalf("verify: offsetgate %q, MirrorMaker 2 %q", rep.Results[0].Verify, rep.Results[1].Verify)
+	}
+	// offsetgate's follower wrote during the lag rounds, each write with its ledger append;
+	// MirrorMaker 2 has no such metrics.
+	st := rep.Results[0].LagStages
+	if st["write"].Count == 0 || st["ledger_append"].Count == 0 || st["write"].MeanMs <= 0 {
+		t.Errorf("offsetgate's lag stages: %+v", st)
+	}
+	if rep.Results[1].LagStages != nil || rep.ReplicationFactor != 2 {
+		t.Errorf("MirrorMaker 2's lag stages %+v, replication factor %d", rep.Results[1].LagStages, rep.ReplicationFactor)
 	}
 }
 

@@ -53,8 +53,11 @@ type MM2Config struct {
 	LagRate    float64
 	LagSeconds float64
 	LagRounds  int
-	LogDir     string
-	Progress   io.Writer
+	// ReplicationFactor of the source topics and of both tools' copies (0: 1). MirrorMaker 2's
+	// own default for the topics it creates is 2; its internal topics stay at 1.
+	ReplicationFactor int
+	LogDir            string
+	Progress          io.Writer
 }
 
 // MirrorResult is one tool's numbers.
@@ -79,25 +82,31 @@ type MirrorResult struct {
 	// records).
 	LagRoundP50Ms []float64 `json:"lag_round_p50_ms,omitempty"`
 	LagRoundP99Ms []float64 `json:"lag_round_p99_ms,omitempty"`
+	// LagStages is where an offsetgate follower's writes spent their time during the lag
+	// rounds, from offsetgate's own histograms (see Stage).
+	LagStages map[string]Stage `json:"lag_stages,omitempty"`
 }
 
 // MM2Report is the JSON of a run.
 type MM2Report struct {
-	Tool           string         `json:"tool"`
-	Mode           string         `json:"mode"`
-	Started        time.Time      `json:"started"`
-	Finished       time.Time      `json:"finished"`
-	Machine        Machine        `json:"machine"`
-	Versions       Versions       `json:"versions"`
-	Bytes          int64          `json:"bytes"`
-	Records        int64          `json:"records"`
-	RecordBytes    int            `json:"record_bytes"`
-	Partitions     int            `json:"partitions"`
-	SourceLogStart int64          `json:"source_log_start"`
-	LagRateMBps    float64        `json:"lag_rate_mb_per_s"`
-	LagSeconds     float64        `json:"lag_seconds"` // paced production per tool, all rounds
-	LagRounds      int            `json:"lag_rounds"`
-	Results        []MirrorResult `json:"results"`
+	Tool           string    `json:"tool"`
+	Mode           string    `json:"mode"`
+	Started        time.Time `json:"started"`
+	Finished       time.Time `json:"finished"`
+	Machine        Machine   `json:"machine"`
+	Versions       Versions  `json:"versions"`
+	Bytes          int64     `json:"bytes"`
+	Records        int64     `json:"records"`
+	RecordBytes    int       `json:"record_bytes"`
+	Partitions     int       `json:"partitions"`
+	SourceLogStart int64     `json:"source_log_start"`
+	LagRateMBps    float64   `json:"lag_rate_mb_per_s"`
+	LagSeconds     float64   `json:"lag_seconds"` // paced production per tool, all rounds
+	LagRounds      int       `json:"lag_rounds"`
+	// ReplicationFactor of the source topics and the copies: a copy waits for its replication
+	// before a consumer of the destination sees it.
+	ReplicationFactor int            `json:"replication_factor"`
+	Results           []MirrorResult `json:"results"`
 	// Ratio is offsetgate's throughput over MirrorMaker 2's (target >= 2).
 	Ratio float64 `json:"offsetgate_to_mm2"`
 	Error string  `json:"error,omitempty"`
@@ -123,6 +132,9 @@ func RunMM2(ctx context.Context, cfg MM2Config) (*MM2Report, error) {
 	if cfg.LagRounds <= 0 {
 		cfg.LagRounds = 1
 	}
+	if cfg.ReplicationFactor <= 0 {
+		cfg.ReplicationFactor = 1
+	}
 	cleanup, err := tempLogDir(&cfg.LogDir, "ogbench-mm2-")
 	if err != nil {
 		return nil, err
@@ -130,7 +142,7 @@ func RunMM2(ctx context.Context, cfg MM2Config) (*MM2Report, error) {
 	defer cleanup()
 	rep := &MM2Report{Tool: "ogbench mm2", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
 		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin), RecordBytes: cfg.RecordBytes, Partitions: cfg.Partitions,
-		LagRateMBps: cfg.LagRate / 1e6, LagSeconds: cfg.LagSeconds, LagRounds: cfg.LagRounds}
+		LagRateMBps: cfg.LagRate / 1e6, LagSeconds: cfg.LagSeconds, LagRounds: cfg.LagRounds, ReplicationFactor: cfg.ReplicationFactor}
 	err = runMM2(ctx, cfg, rep)
 	rep.Finished = time.Now().UTC()
 	if err != nil {
@@ -163,7 +175,7 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	// so its log starts above zero as a real source's does.
 	logStart := int64(0)
 	for _, topic := range created {
-		if err := cfg.Source.CreateTopic(ctx, topic, int32(cfg.Partitions), 1, nil); err != nil {
+		if err := cfg.Source.CreateTopic(ctx, topic, int32(cfg.Partitions), int16(cfg.ReplicationFactor), nil); err != nil {
 			return err
 		}
 	}
@@ -258,14 +270,14 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 		return fmt.Errorf("offsetgate: %w", err)
 	}
 	defer ogF.stop()
-	tools := []lagTool{{result: 0, topic: ogLag, stopped: ogF.stopped, log: filepath.Join(cfg.LogDir, "og-follow.log")}}
+	tools := []lagTool{{result: 0, topic: ogLag, stopped: ogF.stopped, log: filepath.Join(cfg.LogDir, "og-follow.log"), admin: ogSrv.serve.admin}}
 	if baseSrv != nil {
 		baseF, err := baseSrv.follow(baseLag, "og-base-follow.log", logf)
 		if err != nil {
 			return fmt.Errorf("offsetgate baseline: %w", err)
 		}
 		defer baseF.stop()
-		tools = append(tools, lagTool{result: 1, topic: baseLag, stopped: baseF.stopped, log: filepath.Join(cfg.LogDir, "og-base-follow.log")})
+		tools = append(tools, lagTool{result: 1, topic: baseLag, stopped: baseF.stopped, log: filepath.Join(cfg.LogDir, "og-base-follow.log"), admin: baseSrv.serve.admin})
 	}
 	tools = append(tools, lagTool{result: len(rep.Results) - 1, topic: mmLag, stopped: mmProc.stopped, log: filepath.Join(cfg.LogDir, "mm2.log")})
 	return lagRounds(ctx, cfg, rep, tools, logf)
@@ -277,7 +289,9 @@ type lagTool struct {
 	topic   string
 	stopped <-chan struct{} // closes if the mirror's process exits
 	log     string          // the mirror's log, for errors
+	admin   string          // offsetgate's admin endpoint (none for MirrorMaker 2)
 	lat     []time.Duration // every round's
+	stages  map[string]histSample
 }
 
 // lagRounds measures the tools' lag in cfg.LagRounds rounds of LagSeconds/LagRounds each, in
@@ -285,6 +299,14 @@ type lagTool struct {
 func lagRounds(ctx context.Context, cfg MM2Config, rep *MM2Report, tools []lagTool, logf func(string, ...any)) error {
 	secs := cfg.LagSeconds / float64(cfg.LagRounds)
 	logf("lag: %d rounds of %.1fs per tool at %.1f MB/s", cfg.LagRounds, secs, cfg.LagRate/1e6)
+	for i := range tools {
+		if tools[i].admin != "" {
+			var err error
+			if tools[i].stages, err = readStages(tools[i].admin); err != nil {
+				return fmt.Errorf("%s: reading its metrics: %w", rep.Results[tools[i].result].Tool, err)
+			}
+		}
+	}
 	for round := range cfg.LagRounds {
 		for _, i := range lagOrder(round, len(tools)) {
 			t := &tools[i]
@@ -305,6 +327,19 @@ func lagRounds(ctx context.Context, cfg MM2Config, rep *MM2Report, tools []lagTo
 		r := &rep.Results[t.result]
 		lagStats(r, t.lat)
 		logf("%s lag at %.1f MB/s over %d rounds: p50 %.1f ms, p99 %.1f ms", r.Tool, cfg.LagRate/1e6, cfg.LagRounds, r.LagP50Ms, r.LagP99Ms)
+		if t.admin == "" {
+			continue
+		}
+		after, err := readStages(t.admin)
+		if err != nil {
+			return fmt.Errorf("%s: reading its metrics: %w", r.Tool, err)
+		}
+		r.LagStages = stagesBetween(t.stages, after)
+		for _, s := range stageSeries {
+			if st, ok := r.LagStages[s.name]; ok {
+				logf("%s lag rounds, %s: %.0f, mean %.1f ms, p50/p90/p99 within %g/%g/%g ms", r.Tool, s.name, st.Count, st.MeanMs, st.P50Ms, st.P90Ms, st.P99Ms)
+			}
+		}
 	}
 	return nil
 }
@@ -577,7 +612,7 @@ type ogMirror struct {
 // args are `offsetgate mirror`'s arguments for topic; without once the mirror follows it.
 func (m *ogMirror) args(topic string, once bool) []string {
 	a := append([]string{"mirror", "--source", m.cfg.Source.Bootstrap(), "--proxy", m.serve.listen, "--topics", topic}, m.id.flags...)
-	a = append(a, "--replication-factor", "1", "--parallel", strconv.Itoa(m.cfg.Partitions), "--progress", "lines")
+	a = append(a, "--replication-factor", strconv.Itoa(m.cfg.ReplicationFactor), "--parallel", strconv.Itoa(m.cfg.Partitions), "--progress", "lines")
 	if once {
 		a = append(a, "--once")
 	}
@@ -653,7 +688,7 @@ func warmUp(ctx context.Context, cfg MM2Config, topic string, records int64, dad
 	}
 	defer og.stop()
 	args := append([]string{"mirror", "--source", cfg.Source.Bootstrap(), "--proxy", og.listen, "--topics", topic}, id.flags...)
-	args = append(args, "--replication-factor", "1", "--parallel", strconv.Itoa(cfg.Partitions), "--once")
+	args = append(args, "--replication-factor", strconv.Itoa(cfg.ReplicationFactor), "--parallel", strconv.Itoa(cfg.Partitions), "--once")
 	cmd, stopped, err := startProc(cfg.OffsetgateBin, args, filepath.Join(cfg.LogDir, "og-warm-up.log"))
 	if err != nil {
 		return err
@@ -673,8 +708,8 @@ func warmUp(ctx context.Context, cfg MM2Config, topic string, records int64, dad
 // mm2Properties is MirrorMaker 2's configuration: one flow, the source's topics by name, as
 // many tasks as partitions, topics named as on the source (IdentityReplicationPolicy) so the
 // data lands like offsetgate's, heartbeats and checkpoints off (neither tool copies groups in
-// this benchmark), internal topics at replication factor 1 (the destination has two brokers).
-func mm2Properties(src, dst string, topics []string, tasks int) string {
+// this benchmark), the copies at the run's replication factor, internal topics at 1.
+func mm2Properties(src, dst string, topics []string, tasks, rf int) string {
 	return fmt.Sprintf(`# MirrorMaker 2 as ogbench mm2 runs it (dedicated mode).
 clusters = src, dst
 src.bootstrap.servers = %s
@@ -689,14 +724,14 @@ sync.topic.acls.enabled = false
 emit.heartbeats.enabled = false
 emit.checkpoints.enabled = false
 refresh.topics.interval.seconds = 1
-replication.factor = 1
+replication.factor = %d
 offset-syncs.topic.replication.factor = 1
 heartbeats.topic.replication.factor = 1
 checkpoints.topic.replication.factor = 1
 config.storage.replication.factor = 1
 offset.storage.replication.factor = 1
 status.storage.replication.factor = 1
-`, src, dst, strings.Join(topics, ","), tasks)
+`, src, dst, strings.Join(topics, ","), tasks, rf)
 }
 
 // runMirrorMaker starts MirrorMaker 2 on topic and lagTopic and measures its copy of topic. On
@@ -710,7 +745,7 @@ func runMirrorMaker(ctx context.Context, cfg MM2Config, topic, lagTopic string, 
 		return nil, nil, fmt.Errorf("connect-mirror is not in %s: run testenv/fetch-kafka.sh", libs)
 	}
 	props := filepath.Join(cfg.LogDir, "mm2.properties")
-	if err := os.WriteFile(props, []byte(mm2Properties(cfg.Source.Bootstrap(), cfg.Dest.Bootstrap(), []string{topic, lagTopic}, cfg.Partitions)), 0o644); err != nil {
+	if err := os.WriteFile(props, []byte(mm2Properties(cfg.Source.Bootstrap(), cfg.Dest.Bootstrap(), []string{topic, lagTopic}, cfg.Partitions, cfg.ReplicationFactor)), 0o644); err != nil {
 		return nil, nil, err
 	}
 	java := "java"

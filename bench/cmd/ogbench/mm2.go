@@ -26,6 +26,7 @@ func mm2(args []string) error {
 	lagRate := fs.Float64("lag-mbps", 2, "paced producer rate for the lag measurement, MB/s")
 	lagSecs := fs.Float64("lag-seconds", 0, "how long the paced producer runs for each tool, over all lag rounds (default 15, quick 3)")
 	lagRounds := fs.Int("lag-rounds", 0, "lag rounds: the tools' lag is measured in turns, this many, the order rotated each round (default 4)")
+	rf := fs.Int("replication-factor", 1, "replication factor of the source topics and both tools' copies (MirrorMaker 2's own default is 2)")
 	out := fs.String("out", "", "JSON report (default docs/bench/mm2-DATE.json, quick docs/bench/tmp/mm2-quick-DATE.json)")
 	svg := fs.String("svg", "", "SVG chart (default docs/bench/mm2.svg; quick: none)")
 	keepLogs := fs.String("log-dir", "", "keep the offsetgate and MirrorMaker 2 logs in this folder (default: a temporary one, removed)")
@@ -61,7 +62,8 @@ func mm2(args []string) error {
 	}
 	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, BaselineBin: *baseline, Mode: mode,
 		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs, LagRounds: *lagRounds,
-		LogDir: logDir, Progress: os.Stderr})
+		ReplicationFactor: *rf,
+		LogDir:            logDir, Progress: os.Stderr})
 	if rep == nil {
 		return runErr
 	}
