@@ -5,8 +5,28 @@ import "testing"
 // A partition's ledger appends always take the same lane (they stay in order behind each
 // other), consecutive partitions spread over all ledger lanes (their appends do not wait for
 // each other's replication), and ledger lanes never meet data lanes (a ledger append never
-// queues behind data).
+// queues behind data). Data lanes: one by default, as many as configured (bounded), a
+// partition's data always on the same one, consecutive partitions over all of them.
 func TestLedgerLanes(t *testing.T) {
+	for _, c := range []struct{ asked, want int }{{0, 1}, {1, 1}, {4, 4}, {-3, 1}, {MaxDataLanes + 5, MaxDataLanes}} {
+		w := New(Config{DataLanes: c.asked}, nil, nil, nil, nil)
+		if w.cfg.DataLanes != c.want {
+			t.Fatalf("DataLanes %d: writer uses %d, want %d", c.asked, w.cfg.DataLanes, c.want)
+		}
+		p := &part{tid: [16]byte{7}}
+		seen := map[int]bool{}
+		for partition := int32(0); partition < int32(c.want); partition++ {
+			d := w.dataLane(p, partition)
+			if d < 1 || d > c.want || d != w.dataLane(p, partition) {
+				t.Fatalf("DataLanes %d, partition %d: data lane %d outside [1, %d] or not stable", c.asked, partition, d, c.want)
+			}
+			seen[d] = true
+		}
+		if len(seen) != c.want {
+			t.Fatalf("DataLanes %d: %d consecutive partitions took %d data lanes, want all", c.asked, c.want, len(seen))
+		}
+	}
+	w := New(Config{}, nil, nil, nil, nil)
 	for _, tid := range [][16]byte{{}, {1, 2, 3}, {0xff, 0xfe}} {
 		p := &part{tid: tid}
 		seen := map[int]bool{}
@@ -18,8 +38,8 @@ func TestLedgerLanes(t *testing.T) {
 			if l >= 0 || l < -ledgerLanes {
 				t.Fatalf("partition %d: ledger lane %d outside [-%d, -1]", partition, l, ledgerLanes)
 			}
-			if d := dataLane(p, partition); d < 1 || d > dataLanes {
-				t.Fatalf("partition %d: data lane %d outside [1, %d]", partition, d, dataLanes)
+			if d := w.dataLane(p, partition); d < 1 {
+				t.Fatalf("partition %d: data lane %d is a ledger lane", partition, d)
 			}
 			if partition < ledgerLanes {
 				seen[l] = true

@@ -80,6 +80,12 @@ type Config struct {
 	// again from its log start to record what its cleaner changed.
 	// An error (the history could not be read) refuses the write, retriably.
 	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool, error)
+	// DataLanes is how many connections to each destination broker carry data (0: 1, at
+	// most MaxDataLanes), a partition always on the same one. More lanes let the partitions'
+	// acks=all requests wait for their replication side by side instead of in turn, which
+	// lowers a following mirror's lag on a replicated destination; and make thinner requests,
+	// which lowers the throughput of a busy mirror (docs/benchmarks.md, "Data lanes").
+	DataLanes int
 	// SnapshotEvery is how many ledger entries a partition's writer appends between two
 	// snapshots of its state (a takeover reads the newest and the ledger after it). 0: the
 	// default (DefaultSnapshotEvery); negative: never (a takeover reads the whole ledger).
@@ -134,17 +140,19 @@ type sinkKey struct {
 // Lanes of a destination broker: ledger appends have connections of their own, so that a
 // write's ledger entry never queues behind other partitions' data (a broker answers a
 // connection's requests one at a time, acks=all replication included); data goes on
-// dataLanes connections by partition, each request of a lane carrying a batch of each of its
-// partitions that has one waiting. One data lane measured best (docs/benchmarks.md): more
-// lanes make thinner requests, and a partition's throughput is one batch per request either
-// way. Ledger appends go on ledgerLanes connections by partition: an append waits for its
+// Config.DataLanes connections by partition (1 by default), each request of a lane carrying
+// a batch of each of its partitions that has one waiting. One data lane measured best for
+// throughput (docs/benchmarks.md): more lanes make thinner requests, and a partition's
+// throughput is one batch per request either way; more lanes lower the lag of a following
+// mirror on a replicated destination (Config.DataLanes). Ledger appends go on ledgerLanes connections by partition: an append waits for its
 // replication, and the appends of partitions on one connection waited for each other's (one
 // request at a time, sink.OneAtATime), while they rarely shared a request at a steady rate
 // (a partition has one append in flight at most); four lanes cut a following mirror's lag on a
 // loaded destination (docs/benchmarks.md, "Ledger lanes").
 const (
 	ledgerLanes = 4
-	dataLanes   = 1
+	// MaxDataLanes bounds Config.DataLanes: a broker connection each.
+	MaxDataLanes = 16
 )
 
 // sink is the batch sender of a lane of the destination broker at addr, shared by the
@@ -173,8 +181,8 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 }
 
 // dataLane is the lane of a partition's data: the same one for all its batches, so they stay in order.
-func dataLane(p *part, partition int32) int {
-	return 1 + int(laneHash(p.tid, partition)%dataLanes)
+func (w *Writer) dataLane(p *part, partition int32) int {
+	return 1 + int(laneHash(p.tid, partition)%uint32(w.cfg.DataLanes))
 }
 
 // ledgerLane is the lane of a partition's ledger appends (negative: ledger lanes).
@@ -215,6 +223,7 @@ func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metri
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery
 	}
+	cfg.DataLanes = min(max(cfg.DataLanes, 1), MaxDataLanes)
 	switch {
 	case cfg.Align == 0:
 		cfg.Align = DefaultAlign
@@ -978,7 +987,7 @@ func (w *Writer) enqueue(ctx context.Context, p *part, partition int32, todo []W
 	for i, wr := range todo {
 		data[i] = wr.Data
 	}
-	q := w.sink(p.leaderAddr, dataLane(p, partition)).Enqueue(p.topic, p.tid, partition, data)
+	q := w.sink(p.leaderAddr, w.dataLane(p, partition)).Enqueue(p.topic, p.tid, partition, data)
 	return func() []sink.Result {
 		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout+5*time.Second)
 		defer cancel()

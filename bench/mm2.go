@@ -44,10 +44,13 @@ type MM2Config struct {
 	// BaselineBin, when set, is a second offsetgate binary (an earlier build) measured in the
 	// same run as a third tool, "offsetgate-baseline", on a data set of its own.
 	BaselineBin string
-	Mode        string
-	Bytes       int64 // record payload of the data set
-	RecordBytes int
-	Partitions  int
+	// ServeYAML and BaselineServeYAML are more lines of `offsetgate serve`'s configuration
+	// for offsetgate and for the baseline (one binary with two settings can be compared).
+	ServeYAML, BaselineServeYAML string
+	Mode                         string
+	Bytes                        int64 // record payload of the data set
+	RecordBytes                  int
+	Partitions                   int
 	// LagRate is the paced producer's rate (bytes/s) and LagSeconds how long it runs for each
 	// tool, split evenly over LagRounds rounds (0 is one).
 	LagRate    float64
@@ -105,7 +108,10 @@ type MM2Report struct {
 	LagRounds      int       `json:"lag_rounds"`
 	// ReplicationFactor of the source topics and the copies: a copy waits for its replication
 	// before a consumer of the destination sees it.
-	ReplicationFactor int            `json:"replication_factor"`
+	ReplicationFactor int `json:"replication_factor"`
+	// ServeYAML and BaselineServeYAML: the configuration lines added for each offsetgate.
+	ServeYAML         string         `json:"serve_yaml,omitempty"`
+	BaselineServeYAML string         `json:"baseline_serve_yaml,omitempty"`
 	Results           []MirrorResult `json:"results"`
 	// Ratio is offsetgate's throughput over MirrorMaker 2's (target >= 2).
 	Ratio float64 `json:"offsetgate_to_mm2"`
@@ -142,7 +148,8 @@ func RunMM2(ctx context.Context, cfg MM2Config) (*MM2Report, error) {
 	defer cleanup()
 	rep := &MM2Report{Tool: "ogbench mm2", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
 		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin), RecordBytes: cfg.RecordBytes, Partitions: cfg.Partitions,
-		LagRateMBps: cfg.LagRate / 1e6, LagSeconds: cfg.LagSeconds, LagRounds: cfg.LagRounds, ReplicationFactor: cfg.ReplicationFactor}
+		LagRateMBps: cfg.LagRate / 1e6, LagSeconds: cfg.LagSeconds, LagRounds: cfg.LagRounds, ReplicationFactor: cfg.ReplicationFactor,
+		ServeYAML: cfg.ServeYAML, BaselineServeYAML: cfg.BaselineServeYAML}
 	err = runMM2(ctx, cfg, rep)
 	rep.Finished = time.Now().UTC()
 	if err != nil {
@@ -245,6 +252,7 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	if cfg.BaselineBin != "" {
 		bcfg := cfg
 		bcfg.OffsetgateBin = cfg.BaselineBin
+		bcfg.ServeYAML = cfg.BaselineServeYAML
 		base, srv, err := runOffsetgateMirror(ctx, bcfg, "offsetgate-baseline", "og-base", baseTopic, records, dadm, logf)
 		if err != nil {
 			return fmt.Errorf("offsetgate baseline: %w", err)
@@ -638,7 +646,7 @@ func (m *ogMirror) follow(topic, logName string, logf func(string, ...any)) (*fo
 // measures `offsetgate mirror --once` copying topic. On success serve is left running, for the
 // following mirror of the lag rounds, and the caller stops it; short prefixes the mirror's log.
 func runOffsetgateMirror(ctx context.Context, cfg MM2Config, tool, short, topic string, records int64, dadm *kadm.Client, logf func(string, ...any)) (*MirrorResult, *ogMirror, error) {
-	og, id, err := startMirroringServe(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, tool+"-mm2", "ogbench-og-*")
+	og, id, err := startMirroringServeWith(ctx, cfg.OffsetgateBin, cfg.Dest, cfg.LogDir, tool+"-mm2", "ogbench-og-*", yamlLines(cfg.ServeYAML))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -814,4 +822,13 @@ func procTimes(cmd *exec.Cmd) float64 {
 		return 0
 	}
 	return (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+}
+
+// yamlLines ends configuration lines with a newline, so that they start on a line of their own
+// and the next line does too.
+func yamlLines(s string) string {
+	if s != "" && !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return s
 }

@@ -17,6 +17,7 @@ import (
 	"offsetgate/batch"
 	"offsetgate/internal/testkafka"
 	"offsetgate/mirror"
+	"offsetgate/proxy"
 	"offsetgate/wire"
 )
 
@@ -283,11 +284,17 @@ func BenchmarkMirrorWrite(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("OG_BENCH_DEPTH")); err == nil && v > 0 {
 		depth = v
 	}
+	// Connections per destination broker for data (OG_BENCH_DATA_LANES; offsetgate's data_lanes).
+	lanes := 0
+	if v, err := strconv.Atoi(os.Getenv("OG_BENCH_DATA_LANES")); err == nil && v > 0 {
+		lanes = v
+	}
+	withLanes := func(c *proxy.Config) { c.DataLanes = lanes }
 	// A warm-up case first, unmeasured: brokers that have just started made the first case
 	// measured (produce-at-offset runs first in each) twice as slow as it is.
 	{
 		prefix := testkafka.Names(b, "warm")
-		e := newEnvB(b, prefix)
+		e := newEnv(b, prefix, withLanes)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		runWriteBench(ctx, b, e, prefix, 8<<20, 4, 1024, depth)
 		cancel()
@@ -296,7 +303,7 @@ func BenchmarkMirrorWrite(b *testing.B) {
 		b.Run(fmt.Sprintf("%dp-%dB", c.parts, c.rec), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				prefix := testkafka.Names(b, "bench") + strconv.Itoa(i)
-				e := newEnvB(b, prefix)
+				e := newEnv(b, prefix, withLanes)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				w := runWriteBench(ctx, b, e, prefix, size, c.parts, c.rec, depth)
 				cancel()

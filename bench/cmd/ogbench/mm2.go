@@ -20,6 +20,8 @@ func mm2(args []string) error {
 	clusters := fs.String("clusters", "", "state file from scripts/kafka: use its source and destination clusters")
 	ogBin := fs.String("offsetgate", "bin/offsetgate", "offsetgate binary")
 	baseline := fs.String("baseline", "", "a second offsetgate binary (an earlier build) measured in the same run as offsetgate-baseline")
+	serveYAML := fs.String("serve-yaml", "", "more lines of offsetgate serve's configuration for offsetgate, e.g. 'data_lanes: 4'")
+	baseYAML := fs.String("baseline-serve-yaml", "", "the same for the baseline (--baseline may then be the same binary)")
 	mib := fs.Int("mib", 0, "MiB of record payload in the data set (default 256, quick 16)")
 	size := fs.Int("size", 1024, "record size in bytes")
 	parts := fs.Int("partitions", 4, "partitions (MirrorMaker 2's tasks.max)")
@@ -62,8 +64,8 @@ func mm2(args []string) error {
 	}
 	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, BaselineBin: *baseline, Mode: mode,
 		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs, LagRounds: *lagRounds,
-		ReplicationFactor: *rf,
-		LogDir:            logDir, Progress: os.Stderr})
+		ReplicationFactor: *rf, ServeYAML: *serveYAML, BaselineServeYAML: *baseYAML,
+		LogDir: logDir, Progress: os.Stderr})
 	if rep == nil {
 		return runErr
 	}
