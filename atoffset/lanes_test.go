@@ -5,10 +5,10 @@ import "testing"
 // A partition's ledger appends always take the same lane (they stay in order behind each
 // other), consecutive partitions spread over all ledger lanes (their appends do not wait for
 // each other's replication), and ledger lanes never meet data lanes (a ledger append never
-// queues behind data). Data lanes: one by default, as many as configured (bounded), a
+// queues behind data). Data lanes: DefaultDataLanes unless configured (bounded), a
 // partition's data always on the same one, consecutive partitions over all of them.
 func TestLedgerLanes(t *testing.T) {
-	for _, c := range []struct{ asked, want int }{{0, 1}, {1, 1}, {4, 4}, {-3, 1}, {MaxDataLanes + 5, MaxDataLanes}} {
+	for _, c := range []struct{ asked, want int }{{0, DefaultDataLanes}, {1, 1}, {2, 2}, {-3, DefaultDataLanes}, {MaxDataLanes + 5, MaxDataLanes}} {
 		w := New(Config{DataLanes: c.asked}, nil, nil, nil, nil)
 		if w.cfg.DataLanes != c.want {
 			t.Fatalf("DataLanes %d: writer uses %d, want %d", c.asked, w.cfg.DataLanes, c.want)

@@ -80,11 +80,11 @@ type Config struct {
 	// again from its log start to record what its cleaner changed.
 	// An error (the history could not be read) refuses the write, retriably.
 	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool, error)
-	// DataLanes is how many connections to each destination broker carry data (0: 1, at
-	// most MaxDataLanes), a partition always on the same one. More lanes let the partitions'
-	// acks=all requests wait for their replication side by side instead of in turn, which
-	// lowers a following mirror's lag on a replicated destination; and make thinner requests,
-	// which lowers the throughput of a busy mirror (docs/benchmarks.md, "Data lanes").
+	// DataLanes is how many connections to each destination broker carry data (0:
+	// DefaultDataLanes, at most MaxDataLanes), a partition always on the same one. Several
+	// lanes let the partitions' acks=all requests wait for their replication side by side
+	// instead of in turn on one connection, which lowers a following mirror's lag on a
+	// replicated destination (docs/benchmarks.md, "Data lanes").
 	DataLanes int
 	// SnapshotEvery is how many ledger entries a partition's writer appends between two
 	// snapshots of its state (a takeover reads the newest and the ledger after it). 0: the
@@ -140,19 +140,22 @@ type sinkKey struct {
 // Lanes of a destination broker: ledger appends have connections of their own, so that a
 // write's ledger entry never queues behind other partitions' data (a broker answers a
 // connection's requests one at a time, acks=all replication included); data goes on
-// Config.DataLanes connections by partition (1 by default), each request of a lane carrying
-// a batch of each of its partitions that has one waiting. One data lane measured best for
-// throughput (docs/benchmarks.md): more lanes make thinner requests, and a partition's
-// throughput is one batch per request either way; more lanes lower the lag of a following
-// mirror on a replicated destination (Config.DataLanes). Ledger appends go on ledgerLanes connections by partition: an append waits for its
-// replication, and the appends of partitions on one connection waited for each other's (one
-// request at a time, sink.OneAtATime), while they rarely shared a request at a steady rate
-// (a partition has one append in flight at most); four lanes cut a following mirror's lag on a
-// loaded destination (docs/benchmarks.md, "Ledger lanes").
+// Config.DataLanes connections by partition (DefaultDataLanes), each request of a lane
+// carrying a batch of each of its partitions that has one waiting: a broker holds a
+// connection while an acks=all request waits for its followers, so on one connection the
+// partitions' confirmations waited for each other's replication in turn, and four lanes cut a
+// following mirror's median lag by a quarter on a destination of replication factor 2, with
+// the write benchmark's throughput unchanged (docs/benchmarks.md, "Data lanes"). Ledger
+// appends go on ledgerLanes connections by partition: an append waits for its replication,
+// and the appends of partitions on one connection waited for each other's (one request at a
+// time, sink.OneAtATime), while they rarely shared a request at a steady rate (a partition has
+// one append in flight at most); four lanes cut a following mirror's lag on a loaded
+// destination (docs/benchmarks.md, "Ledger lanes").
 const (
 	ledgerLanes = 4
-	// MaxDataLanes bounds Config.DataLanes: a broker connection each.
-	MaxDataLanes = 16
+	// DefaultDataLanes and MaxDataLanes: Config.DataLanes, a broker connection each.
+	DefaultDataLanes = 4
+	MaxDataLanes     = 16
 )
 
 // sink is the batch sender of a lane of the destination broker at addr, shared by the
@@ -223,7 +226,10 @@ func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metri
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery
 	}
-	cfg.DataLanes = min(max(cfg.DataLanes, 1), MaxDataLanes)
+	if cfg.DataLanes <= 0 {
+		cfg.DataLanes = DefaultDataLanes
+	}
+	cfg.DataLanes = min(cfg.DataLanes, MaxDataLanes)
 	switch {
 	case cfg.Align == 0:
 		cfg.Align = DefaultAlign

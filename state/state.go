@@ -36,7 +36,7 @@ type Config struct {
 	// Align is the most offsets filled at a mirror partition's start to keep D's offsets the
 	// source's (atoffset.Config; zero: 1,000,000; negative: never).
 	Align int64
-	// DataLanes is atoffset.Config's (zero: 1).
+	// DataLanes is atoffset.Config's (zero: atoffset.DefaultDataLanes).
 	DataLanes int
 	// SnapshotEvery is atoffset.Config's (zero: 10000; negative: never).
 	SnapshotEvery int64

@@ -54,7 +54,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad limit":     {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nlimits: {socket_send_bytes: -5}\n", `"limits.socket_send_bytes"`},
 		"tls on gnet":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: gnet\ntls: {upstream: {enabled: true}}\n", "gnet carries plaintext only"},
 		"short lease":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nownership_lease: 100ms\n", `"ownership_lease"`},
-		"many lanes":    {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ndata_lanes: 17\n", `"data_lanes": must be 0 (the default, 1) to 16`},
+		"many lanes":    {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ndata_lanes: 17\n", `"data_lanes": must be 0 (the default, 4) to 16`},
 	} {
 		code, _, errs := run("serve", "--config", write(tc.body))
 		if code != 2 || !strings.Contains(errs, tc.want) {
