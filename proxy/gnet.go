@@ -343,9 +343,22 @@ func wholeFrames(c gnet.Conn, size func([]byte) (int, error)) (bool, error) {
 // each, per connection).
 const upstreamBacklog = 1 << 20
 
-// backlogged reports whether the client must wait for the upstream to take its requests.
+// unconsumedBacklog is the most of a client's bytes gnet holds read and not yet taken by the
+// session before the client is not read: while the session cannot take the next request (an
+// asynchronous step in flight, the upstream being dialed), gnet would otherwise go on reading
+// a producer's pipelined requests into its buffer (measured: 10-41 MiB for one producer on a
+// busy machine). Larger than largeFrame, so a frame that waits whole in gnet's buffer always
+// fits.
+const unconsumedBacklog = 1 << 20
+
+// backlogged reports whether the client must wait for the upstream to take its requests, or
+// to open: while it is dialed, gnet would go on reading the client into its buffer, and a
+// producer that pipelines large requests piled up megabytes there, more the slower the dial.
 func (cl *gnetClient) backlogged() bool {
-	return cl.up != nil && (len(cl.direct) > 0 || cl.up.OutboundBuffered() > upstreamBacklog || cl.streamLagging())
+	if cl.up == nil {
+		return len(cl.pendingUp) > 0
+	}
+	return len(cl.direct) > 0 || cl.up.OutboundBuffered() > upstreamBacklog || cl.streamLagging()
 }
 
 func (cl *gnetClient) clientTraffic() gnet.Action {
@@ -585,10 +598,10 @@ func (cl *gnetClient) settle() {
 			_ = cl.up.Wake(nil) // what gnet buffered meanwhile is not announced again
 		}
 	}
-	// The upstream's backlog holds the client alone: answers must go on arriving. An answer
-	// read, a finished step or the next tick (the broker may send no answers: acks=0) looks
-	// again.
-	switch hold := cl.backlogged(); {
+	// The upstream's backlog, or what the session has not taken yet, holds the client alone:
+	// answers must go on arriving. An answer read, a finished step or the next tick (the
+	// broker may send no answers: acks=0) looks again.
+	switch hold := cl.backlogged() || cl.c.InboundBuffered() > unconsumedBacklog; {
 	case hold:
 		if !cl.holding {
 			cl.t.srv.metrics.backlogHolds.Inc()

@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		pausedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_backpressure_pauses_total",
 			Help: "Times a client's requests stopped being forwarded because its unread responses were over the high-water mark."}),
 		backlogHolds: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_backlog_holds_total",
-			Help: "Times a client's next request was not read because its broker had not yet taken the requests written to it (the client is slowed as by its broker)."}),
+			Help: "Times a client's next request was not read because its broker had not yet taken the requests written to it (the client is slowed as by its broker), or, on gnet, its upstream was being dialed or the session had not yet taken what it sent."}),
 		directRests: prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_upstream_direct_rests_total",
 			Help: "Times the rest of a large request the broker's socket did not take was kept in its own buffer until the socket had room, rather than copied (gnet transport)."}),
 		bufferHigh: prometheus.NewGauge(prometheus.GaugeOpts{Name: "offsetgate_buffered_bytes_high_water",
