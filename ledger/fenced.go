@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
@@ -141,7 +143,18 @@ func (f *Fenced) batch(es []Entry) ([]byte, error) {
 		r.Length = int32(len(r.AppendTo(nil)) - 1) // AppendTo writes Length as given (0: one byte)
 		recs = r.AppendTo(recs)
 	}
-	b := kmsg.RecordBatch{FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(len(es) - 1),
+	// The records go compressed in zstd, the ledger topic's compression.type: a batch in
+	// any other codec makes the broker decode and recompress it under the partition's lock
+	// before it can answer, which cost a quarter to a third of an append's time on an idle
+	// destination (docs/benchmarks.md, "Ledger appends in the topic's codec").
+	var attrs int16
+	if f.l.zstd != nil {
+		var buf bytes.Buffer
+		if z, codec := f.l.zstd.Compress(&buf, recs); codec == kgo.CodecZstd {
+			recs, attrs = append([]byte(nil), z...), int16(codec)
+		}
+	}
+	b := kmsg.RecordBatch{FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, Attributes: attrs, LastOffsetDelta: int32(len(es) - 1),
 		FirstTimestamp: first, MaxTimestamp: last, ProducerID: f.pid, ProducerEpoch: f.epoch,
 		FirstSequence: f.seq, NumRecords: int32(len(es)), Records: recs}
 	out := b.AppendTo(nil)

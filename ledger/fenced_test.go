@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"offsetgate/batch"
 )
 
 // A claim fences the previous holder: its appends are refused by the broker itself, the new
@@ -81,5 +86,50 @@ func TestNextSequence(t *testing.T) {
 		if got := nextSequence(c.seq, c.n); got != c.want {
 			t.Errorf("nextSequence(%d, %d) = %d, want %d", c.seq, c.n, got, c.want)
 		}
+	}
+}
+
+// A fenced append is one batch in the ledger topic's codec (zstd), so the broker stores it as
+// sent instead of recompressing it; its records decode back to the entries, in order, keyed
+// and timestamped by source offset, under the partition's producer at its sequence.
+func TestFencedBatchInTopicCodec(t *testing.T) {
+	f := &Fenced{l: New(nil), pid: 7, epoch: 2, seq: 40}
+	es := []Entry{{Kind: KindSegment, Src: 100, Delta: 5}, {Kind: KindBatch, Src: 100, Last: 109, D: 105, Count: 10, CRC: 99}}
+	data, err := f.batch(es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := batch.ReadHeader(data)
+	if err != nil || h.Size() != len(data) || !batch.Valid(data) {
+		t.Fatalf("batch of %d bytes: header %+v, %v, valid %v", len(data), h, err, batch.Valid(data))
+	}
+	if codec := h.Attributes & batch.AttrCodecMask; codec != int16(kgo.CodecZstd) {
+		t.Fatalf("codec %d, want zstd (%d)", codec, kgo.CodecZstd)
+	}
+	if h.ProducerID != 7 || h.ProducerEpoch != 2 || h.BaseSequence != 40 || h.RecordCount != 2 {
+		t.Fatalf("header %+v", h)
+	}
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(data); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := kgo.DefaultDecompressor().Decompress(rb.Records, kgo.CodecZstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range es {
+		var r kmsg.Record
+		if err := r.ReadFrom(raw); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		raw = raw[r.Length+int32(kbin.VarintLen(r.Length)):]
+		got, err := Decode(r.Value)
+		want.V = VersionOf(want)
+		if err != nil || !reflect.DeepEqual(got, want) || string(r.Key) != want.Kind+":100" || rb.FirstTimestamp+r.TimestampDelta64 != 100 {
+			t.Fatalf("record %d: key %q ts %d entry %+v (%v), want %+v", i, r.Key, rb.FirstTimestamp+r.TimestampDelta64, got, err, want)
+		}
+	}
+	if len(raw) != 0 {
+		t.Fatalf("%d bytes after the last record", len(raw))
 	}
 }

@@ -158,6 +158,10 @@ func Topic(topicID string) string { return rules.OwnTopicPrefix + "ledger_" + to
 type Ledger struct {
 	cl  *kgo.Client
 	dec kgo.Decompressor
+	// zstd compresses the fenced appends' records in the ledger topic's own codec: a batch
+	// in another codec is recompressed by the broker on every append, on the write's
+	// critical path (see Fenced.batch).
+	zstd kgo.Compressor
 
 	// ensured remembers the ledger topics this process made sure of, with their partition
 	// counts: every takeover of a partition ensures its topic, and asking the destination
@@ -172,7 +176,9 @@ type Ledger struct {
 
 // New wraps offsetgate's own client (acks=all, no linger), which both writes and reads.
 func New(cl *kgo.Client) *Ledger {
-	return &Ledger{cl: cl, dec: kgo.DefaultDecompressor(), meta: rawread.NewMeta(cl)}
+	// DefaultCompressor fails only for a codec it does not know; zstd is one it does.
+	zstd, _ := kgo.DefaultCompressor(kgo.ZstdCompression())
+	return &Ledger{cl: cl, dec: kgo.DefaultDecompressor(), zstd: zstd, meta: rawread.NewMeta(cl)}
 }
 
 // Meta is the ledger's shared metadata lookups, for the other lookups of the same takeovers.
