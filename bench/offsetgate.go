@@ -1,10 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -125,18 +125,35 @@ func (p *ogProc) brokerPort(node int32) int {
 
 func (p *ogProc) pid() int { return p.cmd.Process.Pid }
 
+// metricsText reads a /metrics URL: the exposition text, whole (tens of KiB), for metric,
+// counters, readStages and the partitions bench's scrape to pick from.
+func metricsText(url string) (string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", url, err)
+	}
+	return string(b), nil
+}
+
+// adminMetrics is the /metrics URL of an admin address.
+func adminMetrics(admin string) string { return "http://" + admin + "/metrics" }
+
 // metric reads one unlabelled sample from the admin /metrics endpoint.
 func (p *ogProc) metric(name string) (float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + p.admin + "/metrics")
+	text, err := metricsText(adminMetrics(p.admin))
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for line := range strings.Lines(text) {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
@@ -147,17 +164,13 @@ func (p *ogProc) metric(name string) (float64, error) {
 // counters reads offsetgate's own non-zero samples from /metrics (histogram buckets left out)
 // and a few of the Go runtime's, by their exposition names.
 func (p *ogProc) counters() (map[string]float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + p.admin + "/metrics")
+	text, err := metricsText(adminMetrics(p.admin))
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for line := range strings.Lines(text) {
+		line = strings.TrimSuffix(line, "\n")
 		keep := strings.HasPrefix(line, "offsetgate_") && !strings.Contains(line, "_bucket{")
 		for _, k := range []string{"go_goroutines ", "go_memstats_heap_inuse_bytes ", "process_resident_memory_bytes ", "go_gc_duration_seconds_count "} {
 			keep = keep || strings.HasPrefix(line, k)
@@ -170,7 +183,7 @@ func (p *ogProc) counters() (map[string]float64, error) {
 			out[line[:i]] = v
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // stop asks offsetgate to drain and stop (SIGTERM), and kills it after 20 s.

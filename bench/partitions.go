@@ -14,7 +14,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -901,17 +900,12 @@ func scrape(url string) map[string]float64 {
 	if url == "" {
 		return out
 	}
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
+	text, err := metricsText(url)
 	if err != nil {
 		return out
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return out
-	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for line := range strings.Lines(text) {
+		line = strings.TrimSuffix(line, "\n")
 		i := strings.LastIndexByte(line, ' ')
 		if i < 0 || strings.HasPrefix(line, "#") {
 			continue

@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"math"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // A following mirror's write, in offsetgate's own histograms: where the lag goes inside
@@ -45,23 +42,18 @@ type histSample struct {
 
 // readStages reads the stage histograms from an offsetgate admin endpoint.
 func readStages(admin string) (map[string]histSample, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + admin + "/metrics")
+	text, err := metricsText(adminMetrics(admin))
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics: %s", resp.Status)
-	}
-	return parseStages(bufio.NewScanner(resp.Body))
+	return parseStages(text)
 }
 
-func parseStages(sc *bufio.Scanner) (map[string]histSample, error) {
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+// parseStages picks the stage histograms out of an exposition text.
+func parseStages(text string) (map[string]histSample, error) {
 	out := map[string]histSample{}
-	for sc.Scan() {
-		line := sc.Text()
+	for line := range strings.Lines(text) {
+		line = strings.TrimSuffix(line, "\n")
 		sp := strings.LastIndexByte(line, ' ')
 		if sp < 0 || strings.HasPrefix(line, "#") {
 			continue
@@ -93,7 +85,7 @@ func parseStages(sc *bufio.Scanner) (map[string]histSample, error) {
 			out[s.name] = h
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // splitSeries takes metric_bucket{labels,le="x"} or metric_sum{labels} apart: the labels

@@ -1,17 +1,15 @@
 package bench
 
 import (
-	"bufio"
 	"encoding/json"
 	"math"
-	"strings"
 	"testing"
 )
 
 func TestStagesBetween(t *testing.T) {
 	read := func(text string) map[string]histSample {
 		t.Helper()
-		h, err := parseStages(bufio.NewScanner(strings.NewReader(text)))
+		h, err := parseStages(text)
 		if err != nil {
 			t.Fatal(err)
 		}
