@@ -90,15 +90,10 @@ type Config struct {
 
 // Report holds every number of a run; it is what the JSON file contains.
 type Report struct {
-	Tool     string    `json:"tool"`
-	Mode     string    `json:"mode"`
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished"`
-	Machine  Machine   `json:"machine"`
-	Versions Versions  `json:"versions"`
-	Settings Settings  `json:"settings"`
-	Cases    []Case    `json:"cases"`
-	Idle     *Idle     `json:"idle,omitempty"`
+	RunHeader
+	Settings Settings `json:"settings"`
+	Cases    []Case   `json:"cases"`
+	Idle     *Idle    `json:"idle,omitempty"`
 	// Quiet says how much CPU the rest of the machine used while samples were taken.
 	Quiet *Quiet `json:"quiet,omitempty"`
 	// Memory is the relay's and offsetgate's resident memory at the end of the throughput
@@ -301,9 +296,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer cleanup()
 	rep := &Report{
-		Tool: "ogbench", Mode: cfg.Mode, Started: time.Now().UTC(),
-		Machine:  machineInfo(),
-		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin),
+		RunHeader: newHeader("ogbench", cfg.Mode, cfg.OffsetgateBin),
 		Settings: Settings{
 			BytesPerCase: cfg.BytesPerCase, RecordSizes: cfg.RecordSizes, Partitions: cfg.Partitions,
 			Rounds: cfg.Rounds, LoadFraction: cfg.LoadFraction, IdleConns: cfg.IdleConns,
@@ -559,12 +552,23 @@ func (r *runner) warmUp(ctx context.Context) error {
 	return nil
 }
 
-// order is the path order of a round: rotated each round so no path always goes first.
+// order is the path order of a round: each second round the one before reversed, so every
+// path runs before and after every other, and the pairs rotated so no path always goes first. Rotation alone
+// kept offsetgate just before the baseline build in every round, and a path measured later in
+// a round was faster in 10 of 12 rounds of two runs (roles swapped between them): the
+// comparison of two builds measured the order.
 func (r *runner) order(round int) []pathSetup {
-	n := len(r.paths)
-	out := make([]pathSetup, 0, n)
+	return pathOrder(r.paths, round)
+}
+
+func pathOrder[T any](paths []T, round int) []T {
+	n := len(paths)
+	out := make([]T, 0, n)
 	for i := 0; i < n; i++ {
-		out = append(out, r.paths[(i+round)%n])
+		out = append(out, paths[(i+round/2)%n])
+	}
+	if round%2 == 1 {
+		slices.Reverse(out)
 	}
 	return out
 }

@@ -45,12 +45,7 @@ type FetchConfig struct {
 
 // FetchReport is what the JSON file of a fetch run holds.
 type FetchReport struct {
-	Tool     string    `json:"tool"`
-	Mode     string    `json:"mode"`
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished"`
-	Machine  Machine   `json:"machine"`
-	Versions Versions  `json:"versions"`
+	RunHeader
 	Settings struct {
 		Bytes       int64  `json:"bytes"`
 		RecordBytes int    `json:"record_bytes"`
@@ -92,8 +87,7 @@ func RunFetch(ctx context.Context, cfg FetchConfig) (*FetchReport, error) {
 			fmt.Fprintf(cfg.Progress, format+"\n", a...)
 		}
 	}
-	rep := &FetchReport{Tool: "ogbench fetch", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
-		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin)}
+	rep := &FetchReport{RunHeader: newHeader("ogbench fetch", cfg.Mode, cfg.OffsetgateBin)}
 	rep.Settings.Bytes, rep.Settings.RecordBytes, rep.Settings.Partitions, rep.Settings.Rounds = cfg.Bytes, cfg.RecordBytes, cfg.Partitions, cfg.Rounds
 	rep.Settings.Consumer = consumerSettings
 	rep.Settings.Units = "MB = 1e6 bytes of record payload, GB = 1e9; CPU in seconds (utime+stime from /proc)"

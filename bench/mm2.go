@@ -92,20 +92,15 @@ type MirrorResult struct {
 
 // MM2Report is the JSON of a run.
 type MM2Report struct {
-	Tool           string    `json:"tool"`
-	Mode           string    `json:"mode"`
-	Started        time.Time `json:"started"`
-	Finished       time.Time `json:"finished"`
-	Machine        Machine   `json:"machine"`
-	Versions       Versions  `json:"versions"`
-	Bytes          int64     `json:"bytes"`
-	Records        int64     `json:"records"`
-	RecordBytes    int       `json:"record_bytes"`
-	Partitions     int       `json:"partitions"`
-	SourceLogStart int64     `json:"source_log_start"`
-	LagRateMBps    float64   `json:"lag_rate_mb_per_s"`
-	LagSeconds     float64   `json:"lag_seconds"` // paced production per tool, all rounds
-	LagRounds      int       `json:"lag_rounds"`
+	RunHeader
+	Bytes          int64   `json:"bytes"`
+	Records        int64   `json:"records"`
+	RecordBytes    int     `json:"record_bytes"`
+	Partitions     int     `json:"partitions"`
+	SourceLogStart int64   `json:"source_log_start"`
+	LagRateMBps    float64 `json:"lag_rate_mb_per_s"`
+	LagSeconds     float64 `json:"lag_seconds"` // paced production per tool, all rounds
+	LagRounds      int     `json:"lag_rounds"`
 	// ReplicationFactor of the source topics and the copies: a copy waits for its replication
 	// before a consumer of the destination sees it.
 	ReplicationFactor int `json:"replication_factor"`
@@ -146,8 +141,7 @@ func RunMM2(ctx context.Context, cfg MM2Config) (*MM2Report, error) {
 		return nil, err
 	}
 	defer cleanup()
-	rep := &MM2Report{Tool: "ogbench mm2", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
-		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin), RecordBytes: cfg.RecordBytes, Partitions: cfg.Partitions,
+	rep := &MM2Report{RunHeader: newHeader("ogbench mm2", cfg.Mode, cfg.OffsetgateBin), RecordBytes: cfg.RecordBytes, Partitions: cfg.Partitions,
 		LagRateMBps: cfg.LagRate / 1e6, LagSeconds: cfg.LagSeconds, LagRounds: cfg.LagRounds, ReplicationFactor: cfg.ReplicationFactor,
 		ServeYAML: cfg.ServeYAML, BaselineServeYAML: cfg.BaselineServeYAML}
 	err = runMM2(ctx, cfg, rep)

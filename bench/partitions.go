@@ -156,12 +156,7 @@ type PartitionsResult struct {
 
 // PartitionsReport is the JSON of a run.
 type PartitionsReport struct {
-	Tool          string             `json:"tool"`
-	Mode          string             `json:"mode"`
-	Started       time.Time          `json:"started"`
-	Finished      time.Time          `json:"finished"`
-	Machine       Machine            `json:"machine"`
-	Versions      Versions           `json:"versions"`
+	RunHeader
 	Partitions    int                `json:"partitions"`
 	Records       int                `json:"records_per_partition"`
 	BatchRecords  int                `json:"records_per_batch"`
@@ -227,8 +222,7 @@ func RunPartitions(ctx context.Context, cfg PartitionsConfig) (*PartitionsReport
 		return nil, err
 	}
 	defer cleanup()
-	rep := &PartitionsReport{Tool: "ogbench partitions", Mode: cfg.Mode, Started: time.Now().UTC(), Machine: machineInfo(),
-		Versions: versions(testkafka.KafkaVersion, cfg.OffsetgateBin), Partitions: cfg.Partitions, Records: cfg.Records,
+	rep := &PartitionsReport{RunHeader: newHeader("ogbench partitions", cfg.Mode, cfg.OffsetgateBin), Partitions: cfg.Partitions, Records: cfg.Records,
 		BatchRecords: cfg.BatchRecords, RecordBytes: cfg.RecordBytes, Parallel: cfg.Parallel, SteadyRate: cfg.SteadyRate, SteadySeconds: cfg.SteadySeconds,
 		Settings: fmt.Sprintf("source topics of %d partitions, replication factor 1, filled with %d records of %d bytes per partition "+
 			"in batches of %d (franz-go, acks=all, flushed every %d records per partition); offsetgate: `offsetgate serve` (TLS listener, the mirroring client approved by its "+

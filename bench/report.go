@@ -8,7 +8,27 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"offsetgate/internal/testkafka"
 )
+
+// RunHeader opens every report of a run against offsetgate: which bench and mode, when, on
+// what machine, with which versions. Embedded, its fields stay at the top of the JSON.
+type RunHeader struct {
+	Tool     string    `json:"tool"`
+	Mode     string    `json:"mode"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Machine  Machine   `json:"machine"`
+	Versions Versions  `json:"versions"`
+}
+
+// newHeader starts a report's header now, for the offsetgate binary at bin.
+func newHeader(tool, mode, bin string) RunHeader {
+	return RunHeader{Tool: tool, Mode: mode, Started: time.Now().UTC(), Machine: machineInfo(),
+		Versions: versions(testkafka.KafkaVersion, bin)}
+}
 
 // The targets a run is evaluated against (printed PASS or MISS, never asserted by tests).
 const (
