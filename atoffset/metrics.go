@@ -25,6 +25,9 @@ type metrics struct {
 	// append. Where a mirror write's time goes (offsetgate_mirror_write_seconds).
 	answered *prometheus.HistogramVec
 	appends  prometheus.Observer
+	// Time a write whose data D answered waits for its partition before it lands: the
+	// partition's lock is held by the next write's planning and ledger append meanwhile.
+	landWait prometheus.Observer
 }
 
 // NewMetrics registers the produce-at-offset metrics.
@@ -58,7 +61,11 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 		Help:    "Time of a mirror write's ledger append (its plan stored before its data go to the destination).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	m.appends = appends
-	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends)
+	landWait := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "offsetgate_mirror_land_wait_seconds",
+		Help:    "Time a mirror write whose data the destination answered waits for its partition before it is checked and answered (the partition's next write holds it while it plans and appends to the ledger).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.landWait = landWait
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends, landWait)
 	return m
 }
 

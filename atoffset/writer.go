@@ -589,7 +589,9 @@ func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, re
 			queued = nil
 		}
 		done := f.wait()
+		t0 := time.Now()
 		p.mu.Lock()
+		w.m.landWait.Observe(time.Since(t0).Seconds())
 		res = w.land(ctx, p, partition, f, done)
 	}
 	switch {

@@ -242,7 +242,7 @@ func TestMM2BenchEndToEnd(t *testing.T) {
 	// offsetgate's follower wrote during the lag rounds, each write with its ledger append;
 	// MirrorMaker 2 has no such metrics.
 	st := rep.Results[0].LagStages
-	if st["write"].Count == 0 || st["ledger_append"].Count == 0 || st["write"].MeanMs <= 0 {
+	if st["write"].Count == 0 || st["ledger_append"].Count == 0 || st["land_wait"].Count == 0 || st["write"].MeanMs <= 0 {
 		t.Errorf("offsetgate's lag stages: %+v", st)
 	}
 	if rep.Results[1].LagStages != nil || rep.ReplicationFactor != 2 {
