@@ -553,10 +553,10 @@ func (r *runner) warmUp(ctx context.Context) error {
 }
 
 // order is the path order of a round: each second round the one before reversed, so every
-// path runs before and after every other, and the pairs rotated so no path always goes first. Rotation alone
-// kept offsetgate just before the baseline build in every round, and a path measured later in
-// a round was faster in 10 of 12 rounds of two runs (roles swapped between them): the
-// comparison of two builds measured the order.
+// path runs before and after every other, and the pairs rotated so no path always goes
+// first. Rotation alone kept offsetgate just before the baseline build in every round, and a
+// path measured later in a round was faster in 10 of 12 rounds of two runs (roles swapped
+// between them): the comparison of two builds measured the order.
 func (r *runner) order(round int) []pathSetup {
 	return pathOrder(r.paths, round)
 }

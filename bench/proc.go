@@ -11,43 +11,19 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"offsetgate/internal/procstat"
 )
 
-// userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ, 100 on Linux).
-const userHZ = 100
-
-// procCPU returns a process's user plus system CPU time in seconds, from /proc/<pid>/stat.
-func procCPU(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; the fields after it start at the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime is field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
-	}
-	return float64(ut+st) / userHZ, nil
-}
-
-// cpuOf sums procCPU over pids, skipping zero pids and processes that cannot be read.
+// cpuOf sums procstat.CPUSeconds over pids, skipping zero pids and processes that cannot be
+// read.
 func cpuOf(pids ...int) float64 {
 	var s float64
 	for _, p := range pids {
 		if p <= 0 {
 			continue
 		}
-		if v, err := procCPU(p); err == nil {
+		if v, err := procstat.CPUSeconds(p); err == nil {
 			s += v
 		}
 	}
@@ -68,7 +44,7 @@ func machineCPU() (busy, steal float64) {
 	}
 	v := func(i int) float64 {
 		n, _ := strconv.ParseInt(f[i], 10, 64)
-		return float64(n) / userHZ
+		return float64(n) / procstat.UserHZ
 	}
 	// user nice system idle iowait irq softirq steal
 	return v(1) + v(2) + v(3) + v(6) + v(7), v(8)

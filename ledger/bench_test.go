@@ -4,15 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"offsetgate/internal/procstat"
 	"offsetgate/internal/testkafka"
 )
 
@@ -68,18 +67,19 @@ func BenchmarkFencedAppend(b *testing.B) {
 			}
 			return time.Since(start), brokersCPU(b, pair.Dest) - cpu0
 		}
+		// Phase k uses codecs[k]: 0 zstd, 1 uncompressed (no compressor).
+		codecs := []kgo.Compressor{zstd, nil}
 		// One append of each before the clocks: the claim's first append, the topic's leader.
-		for _, z := range []bool{true, false} {
-			l.zstd = map[bool]kgo.Compressor{true: zstd, false: nil}[z]
+		for _, c := range codecs {
+			l.zstd = c
 			if _, _, err := f.Append(ctx, []Entry{{Kind: KindSegment, Src: src}}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		var wall [2]time.Duration
 		var cpu [2]float64
-		for _, z := range []bool{true, false, false, true} {
-			k := map[bool]int{true: 0, false: 1}[z]
-			l.zstd = map[bool]kgo.Compressor{true: zstd, false: nil}[z]
+		for _, k := range []int{0, 1, 1, 0} {
+			l.zstd = codecs[k]
 			w, c := appendN()
 			wall[k] += w
 			cpu[k] += c
@@ -99,20 +99,11 @@ func brokersCPU(b *testing.B, c *testkafka.Cluster) float64 {
 	b.Helper()
 	var sum float64
 	for _, n := range c.Nodes {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.Pid()))
+		v, err := procstat.CPUSeconds(n.Pid())
 		if err != nil {
 			b.Fatalf("broker %d's CPU: %v", n.ID, err)
 		}
-		// Fields after the command's closing parenthesis: utime and stime are the 12th and
-		// 13th, in clock ticks (100 a second on Linux).
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-		for _, i := range []int{11, 12} {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				b.Fatalf("broker %d's CPU: %v", n.ID, err)
-			}
-			sum += v / 100
-		}
+		sum += v
 	}
 	return sum
 }

@@ -149,9 +149,10 @@ func (f *Fenced) batch(es []Entry) ([]byte, error) {
 	// docs/benchmarks.md, "Ledger appends in the topic's codec").
 	var attrs int16
 	if f.l.zstd != nil {
+		// buf is this call's own, so the compressed records can stay in it.
 		var buf bytes.Buffer
 		if z, codec := f.l.zstd.Compress(&buf, recs); codec == kgo.CodecZstd {
-			recs, attrs = append([]byte(nil), z...), int16(codec)
+			recs, attrs = z, int16(codec)
 		}
 	}
 	b := kmsg.RecordBatch{FirstOffset: 0, PartitionLeaderEpoch: -1, Magic: 2, Attributes: attrs, LastOffsetDelta: int32(len(es) - 1),
