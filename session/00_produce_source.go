@@ -4,10 +4,15 @@ package session
 // promoted (docs/DESIGN.md, "Producers and consumers at promotion"). Until then a source
 // connection's Produce is not even decoded.
 //
-//   - A sealed topic's partitions are refused NOT_ENOUGH_REPLICAS, which producers retry after
-//     their retry backoff (NOT_LEADER_OR_FOLLOWER would have them wait for a metadata refresh,
-//     which clients space out by seconds): nothing more is written to the source, so the
-//     mirror can reach the source's end and the promotion go on.
+//   - A request naming a sealed topic is first held, up to sealHold, while the promotion
+//     finishes (the mirror reaches the source's end, then the mark goes): a promotion takes a
+//     second or two, and a producer refused at once came back only after its retry backoff,
+//     a second or more after the promotion (seen in the demo). Decided again after the hold:
+//     promoted, it is carried; unsealed (the promotion given up), it goes to the source.
+//   - A topic still sealed after the hold is refused NOT_ENOUGH_REPLICAS, which producers
+//     retry after their retry backoff (NOT_LEADER_OR_FOLLOWER would have them wait for a
+//     metadata refresh, which clients space out by seconds): nothing more is written to the
+//     source, so the mirror can reach the source's end and the promotion go on.
 //   - A promoted topic's partitions are carried to the destination (Carrier.CarryProduce), in
 //     source offsets, so its producers go on without a restart.
 //   - Every other partition goes to the source as before, and the answers are put together in
@@ -16,6 +21,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -66,6 +72,10 @@ func (s *Session) sourceProduceWith(r *request, req *kmsg.ProduceRequest, names 
 	}
 	if !switching {
 		return false, nil
+	}
+	if sealed := s.sealedIn(req, names); len(sealed) > 0 && !r.sealHeld {
+		s.holdSealed(r, req.Version, req.TimeoutMillis, sealed, names)
+		return true, nil
 	}
 	// The rest outlives the frame's buffer, and kmsg's records alias what they are read from:
 	// a copy of its own.
@@ -120,6 +130,79 @@ func (s *Session) sourceProduceWith(r *request, req *kmsg.ProduceRequest, names 
 		}
 	}
 	return true, nil
+}
+
+// sealHold bounds how long a Produce naming a sealed topic is held for its promotion to end
+// (never more than half the request's own timeout); sealPoll is how often the marks are
+// looked at meanwhile.
+const (
+	sealHold = 5 * time.Second
+	sealPoll = 20 * time.Millisecond
+)
+
+// sealedIn names the sealed topics a Produce writes to.
+func (s *Session) sealedIn(req *kmsg.ProduceRequest, names map[[16]byte]string) []string {
+	var sealed []string
+	for _, t := range req.Topics {
+		name := t.Topic
+		if req.Version >= 13 {
+			name = names[t.TopicID]
+		}
+		if _, sl, _ := s.cfg.Moves.Promotion(name); sl && len(t.Partitions) > 0 {
+			sealed = append(sealed, name)
+		}
+	}
+	return sealed
+}
+
+// holdSealed waits, off the session's goroutine, until none of the sealed topics is sealed
+// any more or the hold is over, then decides the request again (once: a topic still sealed
+// is refused then).
+func (s *Session) holdSealed(r *request, version int16, timeoutMillis int32, sealed []string, names map[[16]byte]string) {
+	r.sealHeld = true
+	hold := sealHold
+	if half := time.Duration(timeoutMillis) * time.Millisecond / 2; half < hold {
+		hold = max(half, 0)
+	}
+	mv := s.cfg.Moves
+	r.async = func(ctx context.Context) func(*Session, *request) error {
+		deadline := time.NewTimer(hold)
+		defer deadline.Stop()
+		tick := time.NewTicker(sealPoll)
+		defer tick.Stop()
+	wait:
+		for {
+			still := false
+			for _, n := range sealed {
+				if _, sl, _ := mv.Promotion(n); sl {
+					still = true
+				}
+			}
+			if !still {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				break wait
+			case <-deadline.C:
+				break wait
+			case <-tick.C:
+			}
+		}
+		return func(s *Session, r *request) error {
+			// Read again, from the request's own copy made for the asynchronous step.
+			req := kmsg.NewPtrProduceRequest()
+			req.SetVersion(version)
+			if err := req.UnsafeReadFrom(r.body); err != nil {
+				return fmt.Errorf("%w: Produce v%d on a source connection: %v", ErrUndecodable, version, err)
+			}
+			decided, err := s.sourceProduceWith(r, req, names)
+			if err != nil || decided {
+				return err
+			}
+			return s.sourcePass(r)
+		}
+	}
 }
 
 // finishSourceProduce answers the partitions decided here and sends the rest to the source,

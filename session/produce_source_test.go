@@ -2,12 +2,14 @@ package session
 
 import (
 	"bytes"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/catalog"
 	"offsetgate/ledger"
 	"offsetgate/view"
 )
@@ -44,7 +46,9 @@ func TestSourceProduceSwitch(t *testing.T) {
 
 	t.Run("mixed", func(t *testing.T) {
 		s, fc, c := newSession()
-		if _, err := s.HandleClient(reqFrame(produce(9, -1, "plain", "sealed", "promo"), 1)); err != nil {
+		req := produce(9, -1, "plain", "sealed", "promo")
+		req.TimeoutMillis = 100 // a sealed topic is held for half of it first
+		if _, err := s.HandleClient(reqFrame(req, 1)); err != nil {
 			t.Fatal(err)
 		}
 		// The source's part goes on once the carried part is written.
@@ -93,6 +97,86 @@ func TestSourceProduceSwitch(t *testing.T) {
 			if p.ErrorCode != w.code || p.BaseOffset != w.base || p.LogStartOffset != w.logs {
 				t.Errorf("%s answered code %d base %d log start %d, want %+v", tp.Topic, p.ErrorCode, p.BaseOffset, p.LogStartOffset, w)
 			}
+		}
+	})
+
+	// A Produce naming a sealed topic is held while the promotion ends, then decided again:
+	// promoted meanwhile, it is carried at once (no refusal, no retry backoff); still sealed
+	// at the end of the hold, refused; unsealed (the promotion given up), sent to the source.
+	heldThen := func(t *testing.T, timeout int32, change func(m *lockedMoves)) (*kmsg.ProduceResponse, *syncConn, *recordingCarrier, time.Duration) {
+		t.Helper()
+		c := &recordingCarrier{names: map[[16]byte]string{}}
+		fc := &syncConn{posted: make(chan func(), 16)}
+		m := &lockedMoves{m: &movesOf{carrier: c, sealed: map[string]bool{"sealed": true}, promoted: map[string]bool{}}}
+		s := New(Config{NodeShift: 1000, NoSASL: true, Addresses: &presented{real: map[int32]string{}}, Moves: m}, fc)
+		req := produce(9, -1, "sealed")
+		req.TimeoutMillis = timeout
+		start := time.Now()
+		if _, err := s.HandleClient(reqFrame(req, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if change != nil {
+			time.AfterFunc(50*time.Millisecond, func() { change(m) })
+		}
+		var took time.Duration
+		for i := 0; i < 300 && fc.client.Len() == 0 && len(fc.forwarded(t)) == 0; i++ {
+			select {
+			case fn := <-fc.posted:
+				fn()
+				took = time.Since(start)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if fc.client.Len() == 0 {
+			return nil, fc, c, took
+		}
+		var got kmsg.ProduceResponse
+		readAnswer(t, fc.answers(t, 1)[0], &got, 9)
+		return &got, fc, c, took
+	}
+	t.Run("sealed-held-then-carried", func(t *testing.T) {
+		got, fc, c, _ := heldThen(t, 30000, func(m *lockedMoves) { m.promote("sealed") })
+		if got == nil {
+			t.Fatal("no answer")
+		}
+		if p := got.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != 1000 {
+			t.Fatalf("answered code %d base %d, want the carried write at 1000", p.ErrorCode, p.BaseOffset)
+		}
+		if len(c.writes) != 1 || c.writes[0].Topic != "sealed" {
+			t.Fatalf("carried %+v, want the held partition", c.writes)
+		}
+		if len(fc.forwarded(t)) != 0 {
+			t.Fatal("a held write reached the source")
+		}
+	})
+	t.Run("sealed-held-then-refused", func(t *testing.T) {
+		got, fc, c, took := heldThen(t, 400, nil)
+		if got == nil {
+			t.Fatal("no answer")
+		}
+		if p := got.Topics[0].Partitions[0]; p.ErrorCode != kerr.NotEnoughReplicas.Code {
+			t.Fatalf("answered code %d, want NOT_ENOUGH_REPLICAS once the hold is over", p.ErrorCode)
+		}
+		if took < 200*time.Millisecond {
+			t.Fatalf("refused after %v, before the hold (half the request's timeout) was over", took)
+		}
+		if len(c.writes) != 0 || len(fc.forwarded(t)) != 0 {
+			t.Fatal("a refused write went somewhere")
+		}
+	})
+	t.Run("sealed-held-then-unsealed", func(t *testing.T) {
+		got, fc, c, _ := heldThen(t, 30000, func(m *lockedMoves) { m.unseal("sealed") })
+		if got != nil {
+			t.Fatalf("answered %+v here, want the request sent to the source", got)
+		}
+		up := fc.forwarded(t)
+		if len(up) != 1 || len(c.writes) != 0 {
+			t.Fatalf("%d requests to the source and %d carried, want the request at the source", len(up), len(c.writes))
+		}
+		var fwd kmsg.ProduceRequest
+		readForwarded(t, up[0], &fwd)
+		if len(fwd.Topics) != 1 || fwd.Topics[0].Topic != "sealed" {
+			t.Fatalf("the source was sent %+v", fwd.Topics)
 		}
 	})
 
@@ -391,4 +475,42 @@ func TestSourceSASLNotCarried(t *testing.T) {
 			t.Fatal("a promoted topic's request reached the source")
 		}
 	}
+}
+
+// lockedMoves is movesOf whose marks change while a session reads them from another goroutine.
+type lockedMoves struct {
+	mu sync.Mutex
+	m  *movesOf
+}
+
+func (l *lockedMoves) HasSwitching() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.HasSwitching()
+}
+func (l *lockedMoves) Promotions() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.Promotions()
+}
+func (l *lockedMoves) Promotion(name string) (catalog.Topic, bool, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.Promotion(name)
+}
+func (l *lockedMoves) HasMoves() bool                     { return l.m.HasMoves() }
+func (l *lockedMoves) Move(g string) (catalog.Move, bool) { return l.m.Move(g) }
+func (l *lockedMoves) Carrier() Carrier                   { return l.m.Carrier() }
+
+func (l *lockedMoves) promote(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m.sealed, name)
+	l.m.promoted[name] = true
+}
+
+func (l *lockedMoves) unseal(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m.sealed, name)
 }

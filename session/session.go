@@ -448,6 +448,7 @@ type request struct {
 	req      kmsg.Request // the decoded body (judge.go)
 	lookedUp bool         // the decision's needs were fetched from the destination
 	detached bool         // frame and body are the request's own copy
+	sealHeld bool         // a Produce already held for a sealed topic's promotion (00_produce_source.go)
 
 	// plainFetch: a Fetch whose answer holds nothing to change but broker endpoints;
 	// learnSession: it opens a fetch session that holds no source-view topic
