@@ -2,7 +2,7 @@
 // to the brokers, through a minimal TCP relay, and through offsetgate, in one run. See
 // docs/benchmarks.md; scripts/bench builds it and offsetgate and runs it.
 //
-//	ogbench [run] [--quick] [--clusters FILE] [--offsetgate BIN] [--baseline BIN] [--out FILE] [--svg FILE] ...
+//	ogbench run [--quick] [--clusters FILE] [--offsetgate BIN] [--baseline BIN] [--out FILE] [--svg FILE] ...
 //	ogbench chart --in FILE [--svg FILE]     redraw the chart (and print the table) from a JSON report
 //	ogbench slowreader [--offsetgate BIN] [--baseline BIN] [--clusters FILE]   RSS under a client that never reads
 //	ogbench partitions [--partitions N] [--clusters FILE]   one mirror process on a topic of N partitions, against a copy loop
@@ -30,6 +30,12 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	if len(args) == 0 {
+		// A bare ogbench used to start a full run (its own Kafka brokers, ten minutes and
+		// more): whoever types it wants to know what it does.
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
 	cmd := "run"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
@@ -57,7 +63,7 @@ func main() {
 	case "splicecost":
 		err = bench.SpliceCostMain(args, os.Stdout)
 	case "help":
-		fmt.Println("usage: ogbench [run] [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench takeover [flags] | ogbench partitions [flags] | ogbench relay HOST:PORT... | ogbench copy [flags] | ogbench splicecost [flags]\nRun `ogbench run --help` for the flags.")
+		fmt.Println(usage)
 	default:
 		err = fmt.Errorf("unknown command %q (run, chart, fetch, mm2, slowreader, takeover, partitions, relay, copy, splicecost)", cmd)
 	}
@@ -69,6 +75,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+const usage = "usage: ogbench run [flags] | ogbench chart --in FILE [--svg FILE] | ogbench fetch [flags] | ogbench mm2 [flags] | ogbench slowreader [flags] | ogbench takeover [flags] | ogbench partitions [flags] | ogbench relay HOST:PORT... | ogbench copy [flags] | ogbench splicecost [flags]\n(flags alone mean run; a run starts Kafka brokers of its own unless --clusters names some)\nRun `ogbench run --help` for the flags."
 
 func ints(s string) ([]int, error) {
 	var out []int
