@@ -124,7 +124,17 @@ type SourceConfig struct {
 	// TOPIC_AUTHORIZATION_FAILED (a listener without SASL carries them: the source saw
 	// offsetgate's connection, not the client's login, there too).
 	CarryLogins bool `yaml:"carry_logins"`
+	// FetchMaxWait bounds how long a consumer's Fetch waits at the source for records (its
+	// max wait is lowered to it). A fetch waiting there when a topic is sealed for its
+	// promotion waits on with nothing new to come, and only then is its consumer served by
+	// the destination: franz-go's default wait, 5 s, was the longest pause of a consumer at
+	// a promotion. Default 1s (the Java client and librdkafka ask 500 ms and are untouched);
+	// a negative duration leaves every client's wait as it is.
+	FetchMaxWait time.Duration `yaml:"fetch_max_wait"`
 }
+
+// DefaultSourceFetchMaxWait is source.fetch_max_wait's default.
+const DefaultSourceFetchMaxWait = time.Second
 
 // DefaultSourceNodeIDOffset is source.node_id_offset's default.
 const DefaultSourceNodeIDOffset = 10000
@@ -246,6 +256,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Source != nil && c.Source.NodeIDOffset == 0 {
 		c.Source.NodeIDOffset = DefaultSourceNodeIDOffset
+	}
+	if c.Source != nil && c.Source.FetchMaxWait == 0 {
+		c.Source.FetchMaxWait = DefaultSourceFetchMaxWait
 	}
 	if c.OwnershipLease == 0 {
 		c.OwnershipLease = 30 * time.Second

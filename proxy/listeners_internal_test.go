@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -182,6 +183,16 @@ listeners:
 	}
 	if c.Source.NodeIDOffset != DefaultSourceNodeIDOffset || c.ListenerList()[0].Upstream != UpstreamSource {
 		t.Fatalf("source: %+v, listeners %+v", c.Source, c.ListenerList())
+	}
+	if c.Source.FetchMaxWait != time.Second {
+		t.Fatalf("source.fetch_max_wait defaults to %v, want 1s", c.Source.FetchMaxWait)
+	}
+	c, err = parseValid(t, strings.Replace(base, "  bootstrap: [127.0.0.1:2]\n", "  bootstrap: [127.0.0.1:2]\n  fetch_max_wait: -1s\n", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source.FetchMaxWait != -time.Second {
+		t.Fatalf("fetch_max_wait: -1s read as %v, want -1s: every client's wait as it asks", c.Source.FetchMaxWait)
 	}
 	for name, tc := range map[string]struct{ from, to, want string }{
 		"no source section": {"source:\n  bootstrap: [127.0.0.1:2]\n", "", `"source": required: a listener has upstream: source`},

@@ -200,6 +200,7 @@ func (s *Server) sessionConfig(log *zap.Logger, mapped bool, ln *listener, node 
 			Addresses:       ln.srcAddrs,
 			NodeShift:       s.cfg.Source.NodeIDOffset,
 			CarryLogins:     s.cfg.Source.CarryLogins,
+			SourceFetchWait: max(s.cfg.Source.FetchMaxWait, 0),
 			Moves:           s.moves,
 			Observer:        observer{s.metrics},
 			Log:             log,

@@ -114,6 +114,12 @@ type Config struct {
 	NodeShift int32
 	// Moves, on a source connection, is the groups' live moves (moves.go).
 	Moves Moves
+	// SourceFetchWait, on a source connection, bounds how long a consumer's Fetch may wait at
+	// the source for records (its max wait is lowered to it); 0 leaves the client's. A fetch
+	// waiting at the source when a topic is sealed for its promotion keeps waiting there,
+	// with nothing new to come, and its consumer gets the promoted topic's records only after
+	// it: 5 s with franz-go's default wait.
+	SourceFetchWait time.Duration
 	// CarryLogins, on a source connection of a SASL listener, lets promoted topics' requests
 	// be carried to the destination although the client's own login reached the source only
 	// (promoted.go).

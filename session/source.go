@@ -17,6 +17,7 @@ package session
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -232,7 +233,14 @@ func (s *Session) lowerRequest(req kmsg.Request) (changed bool, err error) {
 		if err := noReplica(req.ReplicaID); err != nil {
 			return false, err
 		}
-		return false, noReplica(req.ReplicaState.ID)
+		if err := noReplica(req.ReplicaState.ID); err != nil {
+			return false, err
+		}
+		if limit := int32(s.cfg.SourceFetchWait / time.Millisecond); limit > 0 && req.MaxWaitMillis > limit {
+			req.MaxWaitMillis = limit
+			return true, nil
+		}
+		return false, nil
 	case *kmsg.ApiVersionsRequest:
 		if req.NodeID < 0 {
 			return false, nil

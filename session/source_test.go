@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -178,5 +179,50 @@ func TestSourceNodeShift(t *testing.T) {
 	s3 := New(Config{NodeShift: 1000, Addresses: addrs}, &fakeConn{})
 	if _, err := s3.HandleClient(reqFrame(fr, 4)); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("a replica's Fetch on a source connection: %v, want ErrForbidden", err)
+	}
+}
+
+// A consumer's Fetch on a source connection waits at most SourceFetchWait at the source: a
+// longer wait is lowered, a shorter one and every wait without the limit go as the client
+// sent them.
+func TestSourceFetchWait(t *testing.T) {
+	fetch := func(wait int32) []byte {
+		fr := kmsg.NewPtrFetchRequest()
+		fr.SetVersion(12)
+		fr.ReplicaID, fr.MaxWaitMillis, fr.MaxBytes = -1, wait, 1<<20
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = "t"
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.PartitionMaxBytes = 1 << 20
+		ft.Partitions = append(ft.Partitions, fp)
+		fr.Topics = append(fr.Topics, ft)
+		return reqFrame(fr, 7)
+	}
+	for _, c := range []struct {
+		limit      time.Duration
+		wait, want int32
+	}{{time.Second, 5000, 1000}, {time.Second, 500, 500}, {0, 5000, 5000}} {
+		fc := &fakeConn{}
+		s := New(Config{NodeShift: 1000, Addresses: &presented{real: map[int32]string{}}, SourceFetchWait: c.limit}, fc)
+		if _, err := s.HandleClient(fetch(c.wait)); err != nil {
+			t.Fatal(err)
+		}
+		up := frames(t, fc.upstream.Bytes())
+		if len(up) != 1 {
+			t.Fatalf("%d frames forwarded, want 1", len(up))
+		}
+		h, err := parseReqHeader(up[0][4:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := kmsg.NewPtrFetchRequest()
+		got.SetVersion(12)
+		if err := got.ReadFrom(up[0][4+h.bodyOff:]); err != nil {
+			t.Fatal(err)
+		}
+		if got.MaxWaitMillis != c.want || len(got.Topics) != 1 || got.Topics[0].Topic != "t" {
+			t.Errorf("limit %v, client's wait %d ms: the source was asked to wait %d ms (topics %+v), want %d",
+				c.limit, c.wait, got.MaxWaitMillis, got.Topics, c.want)
+		}
 	}
 }

@@ -364,7 +364,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	ackMu.Unlock()
-	say("the billing consumer was never restarted; its longest pause around the move: %v, around the promotion: %v (a fetch waiting at the source when the seal began waits out franz-go's 5 s FetchMaxWait there); the producer's around the promotion: %v (the seal holds its writes until the promotion carries them to the destination)",
+	say("the billing consumer was never restarted; its longest pause around the move: %v, around the promotion: %v (a fetch waiting at the source when the seal began waits on there, at most source.fetch_max_wait: 1 s); the producer's around the promotion: %v (the seal holds its writes until the promotion carries them to the destination)",
 		pause.Round(time.Millisecond), promotePause.Round(time.Millisecond), held.Round(time.Millisecond))
 	// The group's commits are on the destination, read back through offsetgate in source terms.
 	dcommits, err := dadm.FetchOffsets(ctx, group)
