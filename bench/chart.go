@@ -11,7 +11,19 @@ import (
 	"strings"
 )
 
-var pathColors = map[string]string{PathDirect: "#4c72b0", PathRelay: "#9a9a9a", PathOffsetgate: "#dd8452"}
+var pathColors = map[string]string{PathDirect: "#4c72b0", PathRelay: "#9a9a9a", PathOffsetgate: "#dd8452", PathPeer: "#55a868"}
+
+// chartPaths are the paths drawn: the standard three, and the peer proxy when the run measured
+// it (the comparison users ask for; the baseline stays in the table).
+func chartPaths(rep *Report) []string {
+	paths := append([]string(nil), Paths...)
+	for _, c := range rep.Cases {
+		if _, ok := find(c.Saturation, tpath, PathPeer); ok {
+			return append(paths, PathPeer)
+		}
+	}
+	return paths
+}
 
 // panel is one grouped bar chart: a group per case, a bar per path.
 type panel struct {
@@ -48,10 +60,11 @@ func WriteSVGFile(path string, rep *Report) error {
 func WriteSVG(w io.Writer, rep *Report) error {
 	var groups []string
 	var sat, cons, p50, p99 [][]float64
+	paths := chartPaths(rep)
 	for _, c := range rep.Cases {
 		groups = append(groups, c.Name)
 		var s, k, l, h []float64
-		for _, p := range Paths {
+		for _, p := range paths {
 			t, _ := find(c.Saturation, tpath, p)
 			s = append(s, t.MBps)
 			t, _ = find(c.Consume, tpath, p)
@@ -88,12 +101,16 @@ func WriteSVG(w io.Writer, rep *Report) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	m, v := rep.Machine, rep.Versions
-	text(&b, left, 22, 16, "bold", "start", "offsetgate pass-through: direct vs TCP relay vs offsetgate")
+	title := "offsetgate pass-through: direct vs TCP relay vs offsetgate"
+	if len(paths) > len(Paths) {
+		title += " vs " + PathPeer + " " + PeerVersion
+	}
+	text(&b, left, 22, 16, "bold", "start", title)
 	text(&b, left, 42, 11, "normal", "start", fmt.Sprintf("%s run %s, %d CPUs (%s), %s, Kafka %s, %s per case, %d round(s), medians",
 		rep.Mode, rep.Started.Format("2006-01-02"), m.Nproc, m.CPUModel, v.Go, v.Kafka, sizeString(rep.Settings.BytesPerCase), rep.Settings.Rounds))
 	// Legend.
-	lx := width - right - 3*110
-	for i, p := range Paths {
+	lx := width - right - len(paths)*110
+	for i, p := range paths {
 		x := lx + i*110
 		fmt.Fprintf(&b, `<rect x="%d" y="52" width="12" height="12" fill="%s"/>`+"\n", x, pathColors[p])
 		text(&b, x+16, 62, 12, "normal", "start", p)
@@ -101,7 +118,7 @@ func WriteSVG(w io.Writer, rep *Report) error {
 
 	for i, p := range panels {
 		y0 := top + i*(panelH+gap)
-		drawPanel(&b, p, left, y0, width-left-right, panelH, plotTop, plotBot)
+		drawPanel(&b, p, paths, left, y0, width-left-right, panelH, plotTop, plotBot)
 	}
 	foot := height - 16
 	if id := rep.Idle; id != nil && id.Opened > 0 {
@@ -113,7 +130,7 @@ func WriteSVG(w io.Writer, rep *Report) error {
 	return err
 }
 
-func drawPanel(b *strings.Builder, p panel, x0, y0, w, h, plotTop, plotBot int) {
+func drawPanel(b *strings.Builder, p panel, paths []string, x0, y0, w, h, plotTop, plotBot int) {
 	text(b, x0, y0+16, 13, "bold", "start", p.title)
 	ph := h - plotTop - plotBot
 	py := y0 + plotTop
@@ -136,10 +153,10 @@ func drawPanel(b *strings.Builder, p panel, x0, y0, w, h, plotTop, plotBot int) 
 		return
 	}
 	gw := float64(w) / float64(len(p.groups))
-	bw := gw * 0.8 / float64(len(Paths))
+	bw := gw * 0.8 / float64(len(paths))
 	for gi, g := range p.groups {
 		gx := float64(x0) + gw*float64(gi) + gw*0.1
-		for pi, path := range Paths {
+		for pi, path := range paths {
 			v := 0.0
 			if pi < len(p.values[gi]) {
 				v = p.values[gi][pi]

@@ -98,3 +98,33 @@ func TestChartDashIsNoFile(t *testing.T) {
 		t.Fatalf(`a file named "-" exists after WriteSVGFile("-"): %v`, err)
 	}
 }
+
+// The chart draws the peer proxy as a fourth path when the run measured it, and only then.
+func TestChartDrawsPeer(t *testing.T) {
+	mk := func(paths ...string) *bench.Report {
+		c := bench.Case{Name: "1KiB x 16p", FixedLoad: &bench.FixedLoad{}}
+		for i, p := range paths {
+			c.Saturation = append(c.Saturation, bench.Throughput{Path: p, MBps: float64(100 + i)})
+			c.Consume = append(c.Consume, bench.Throughput{Path: p, MBps: float64(200 + i)})
+			c.FixedLoad.Paths = append(c.FixedLoad.Paths, bench.Latency{Path: p, P50Ms: 1, P99Ms: 2})
+		}
+		return &bench.Report{Cases: []bench.Case{c}}
+	}
+	var with, without bytes.Buffer
+	if err := bench.WriteSVG(&with, mk(bench.PathDirect, bench.PathRelay, bench.PathOffsetgate, bench.PathPeer)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.WriteSVG(&without, mk(bench.PathDirect, bench.PathRelay, bench.PathOffsetgate)); err != nil {
+		t.Fatal(err)
+	}
+	// Four panels, one bar per panel and path.
+	if n := strings.Count(with.String(), " kafka-proxy: "); n != 4 {
+		t.Fatalf("%d kafka-proxy bars in a run that measured it, want 4:\n%s", n, with.String())
+	}
+	if !strings.Contains(with.String(), "<title>1KiB x 16p kafka-proxy: 103 MB/s</title>") {
+		t.Fatal("the peer's saturation bar is not its measurement")
+	}
+	if strings.Contains(without.String(), "kafka-proxy") {
+		t.Fatal("a run without the peer draws it")
+	}
+}
