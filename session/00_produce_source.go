@@ -61,20 +61,23 @@ func (s *Session) sourceProduce(r *request) (decided bool, err error) {
 
 func (s *Session) sourceProduceWith(r *request, req *kmsg.ProduceRequest, names map[[16]byte]string) (bool, error) {
 	switching := false
+	var sealedTopics []string // to hold for their promotion
 	for _, t := range req.Topics {
 		name := t.Topic
 		if req.Version >= 13 {
 			name = names[t.TopicID]
 		}
-		if _, sealed, promoted := s.cfg.Moves.Promotion(name); sealed || promoted {
-			switching = true
+		_, sealed, promoted := s.cfg.Moves.Promotion(name)
+		switching = switching || sealed || promoted
+		if sealed && len(t.Partitions) > 0 {
+			sealedTopics = append(sealedTopics, name)
 		}
 	}
 	if !switching {
 		return false, nil
 	}
-	if sealed := s.sealedIn(req, names); len(sealed) > 0 && !r.sealHeld {
-		s.holdSealed(r, req.Version, req.TimeoutMillis, sealed, names)
+	if len(sealedTopics) > 0 && !r.sealHeld {
+		s.holdSealed(r, req.Version, req.TimeoutMillis, sealedTopics, names)
 		return true, nil
 	}
 	// The rest outlives the frame's buffer, and kmsg's records alias what they are read from:
@@ -139,21 +142,6 @@ const (
 	sealHold = 5 * time.Second
 	sealPoll = 20 * time.Millisecond
 )
-
-// sealedIn names the sealed topics a Produce writes to.
-func (s *Session) sealedIn(req *kmsg.ProduceRequest, names map[[16]byte]string) []string {
-	var sealed []string
-	for _, t := range req.Topics {
-		name := t.Topic
-		if req.Version >= 13 {
-			name = names[t.TopicID]
-		}
-		if _, sl, _ := s.cfg.Moves.Promotion(name); sl && len(t.Partitions) > 0 {
-			sealed = append(sealed, name)
-		}
-	}
-	return sealed
-}
 
 // holdSealed waits, off the session's goroutine, until none of the sealed topics is sealed
 // any more or the hold is over, then decides the request again (once: a topic still sealed
