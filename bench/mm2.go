@@ -15,6 +15,7 @@ package bench
 // tools (or a multiple), each tool is measured in each place equally often.
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,10 @@ type MM2Config struct {
 	ReplicationFactor int
 	LogDir            string
 	Progress          io.Writer
+	// LagTrace, when set, is a file that gets one line per record of the lag rounds: tool,
+	// round, partition, offset, the record's timestamp (Unix ms) and its lag (ms), to see
+	// whether a tail is spread over the run or comes in bursts.
+	LagTrace string
 }
 
 // MirrorResult is one tool's numbers.
@@ -85,6 +90,9 @@ type MirrorResult struct {
 	// records).
 	LagRoundP50Ms []float64 `json:"lag_round_p50_ms,omitempty"`
 	LagRoundP99Ms []float64 `json:"lag_round_p99_ms,omitempty"`
+	// LagRoundLoad is where the machine's CPU went during each of the tool's rounds: a round
+	// on a busy machine says so.
+	LagRoundLoad []RoundLoad `json:"lag_round_load,omitempty"`
 	// LagStages is where an offsetgate follower's writes spent their time during the lag
 	// rounds, from offsetgate's own histograms (see Stage).
 	LagStages map[string]Stage `json:"lag_stages,omitempty"`
@@ -285,6 +293,74 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 	return lagRounds(ctx, cfg, rep, tools, logf)
 }
 
+// RoundLoad is where the machine's CPU went during one lag round, in CPUs (CPU seconds per
+// second of the round), from /proc: the brokers of both clusters, this process with every
+// process below it (the mirroring tools, all of whose followers run in every round, the paced
+// producer and the consumer), everything else, and the hypervisor's steal. A process that
+// exited during the round is counted in Other.
+type RoundLoad struct {
+	Seconds float64 `json:"seconds"`
+	Busy    float64 `json:"busy_cpus"`
+	Kafka   float64 `json:"kafka_cpus"`
+	Bench   float64 `json:"bench_cpus"`
+	Other   float64 `json:"other_cpus"`
+	Steal   float64 `json:"steal_cpus"`
+}
+
+// BusyOtherCPUs is the CPU of other processes above which a round counts as measured on a
+// busy machine: a tenth of a CPU, a twentieth of this 2-core machine.
+const BusyOtherCPUs = 0.1
+
+// Crowded says whether the round ran on a busy machine: other processes, or the hypervisor's
+// steal, above BusyOtherCPUs.
+func (l RoundLoad) Crowded() bool { return l.Other > BusyOtherCPUs || l.Steal > BusyOtherCPUs }
+
+// loadMark is the CPU counters at the start of a round.
+type loadMark struct {
+	at                         time.Time
+	busy, steal, kafka, benchc float64
+	kafkaPids                  []int
+}
+
+func markLoad(cfg MM2Config) loadMark {
+	m := loadMark{at: time.Now()}
+	for _, c := range []*testkafka.Cluster{cfg.Source, cfg.Dest} {
+		if c != nil {
+			m.kafkaPids = append(m.kafkaPids, brokerPids(c)...)
+		}
+	}
+	m.busy, m.steal = machineCPU()
+	m.kafka = cpuOf(m.kafkaPids...)
+	m.benchc = cpuOf(append(descendants(os.Getpid()), os.Getpid())...)
+	return m
+}
+
+// since is the load from m to now.
+func (m loadMark) since() RoundLoad {
+	busy, steal := machineCPU()
+	secs := time.Since(m.at).Seconds()
+	kafka := cpuOf(m.kafkaPids...) - m.kafka
+	benchc := cpuOf(append(descendants(os.Getpid()), os.Getpid())...) - m.benchc
+	l := RoundLoad{Seconds: secs, Busy: busy - m.busy, Kafka: kafka, Bench: max(benchc, 0), Steal: steal - m.steal}
+	l.Other = max(l.Busy-l.Kafka-l.Bench, 0)
+	if secs > 0 {
+		l.Busy, l.Kafka, l.Bench, l.Other, l.Steal = l.Busy/secs, l.Kafka/secs, l.Bench/secs, l.Other/secs, l.Steal/secs
+	}
+	return l
+}
+
+// BusyRounds names the rounds (1-based, per tool) measured while other processes used more
+// than BusyOtherCPUs CPUs or the hypervisor stole as much.
+func (r MirrorResult) BusyRounds() []int {
+	var out []int
+	for i, l := range r.LagRoundLoad {
+		if l.Crowded() {
+			out = append(out, i+1)
+		}
+	}
+	return out
+}
+
 // lagTool is one tool's following mirror in the lag rounds.
 type lagTool struct {
 	result  int // its index in MM2Report.Results
@@ -301,6 +377,18 @@ type lagTool struct {
 func lagRounds(ctx context.Context, cfg MM2Config, rep *MM2Report, tools []lagTool, logf func(string, ...any)) error {
 	secs := cfg.LagSeconds / float64(cfg.LagRounds)
 	logf("lag: %d rounds of %.1fs per tool at %.1f MB/s", cfg.LagRounds, secs, cfg.LagRate/1e6)
+	var trace io.Writer
+	if cfg.LagTrace != "" {
+		f, err := os.Create(cfg.LagTrace)
+		if err != nil {
+			return fmt.Errorf("lag trace: %w", err)
+		}
+		defer f.Close()
+		bw := bufio.NewWriter(f)
+		defer bw.Flush()
+		fmt.Fprintln(bw, "# tool round partition offset timestamp_ms lag_ms")
+		trace = bw
+	}
 	for i := range tools {
 		if tools[i].admin != "" {
 			var err error
@@ -313,15 +401,29 @@ func lagRounds(ctx context.Context, cfg MM2Config, rep *MM2Report, tools []lagTo
 		for _, i := range lagOrder(round, len(tools)) {
 			t := &tools[i]
 			r := &rep.Results[t.result]
-			lat, err := measureLag(ctx, cfg, t.topic, secs, t.stopped)
+			var rt func(rec *kgo.Record, lag time.Duration)
+			if trace != nil {
+				rt = func(rec *kgo.Record, lag time.Duration) {
+					fmt.Fprintf(trace, "%s %d %d %d %d %.3f\n", r.Tool, round+1, rec.Partition, rec.Offset, rec.Timestamp.UnixMilli(), float64(lag.Microseconds())/1000)
+				}
+			}
+			mark := markLoad(cfg)
+			lat, err := measureLag(ctx, cfg, t.topic, secs, t.stopped, rt)
 			if err != nil {
 				return fmt.Errorf("%s lag, round %d: %w; log %s:\n%s", r.Tool, round+1, err, t.log, tailFile(t.log, 20))
 			}
+			load := mark.since()
 			t.lat = append(t.lat, lat...)
 			p50, p99 := msOf(percentile(lat, 50)), msOf(percentile(lat, 99))
 			r.LagRoundP50Ms = append(r.LagRoundP50Ms, p50)
 			r.LagRoundP99Ms = append(r.LagRoundP99Ms, p99)
-			logf("lag round %d/%d: %s p50 %.1f ms p99 %.1f ms", round+1, cfg.LagRounds, r.Tool, p50, p99)
+			r.LagRoundLoad = append(r.LagRoundLoad, load)
+			busy := ""
+			if load.Crowded() {
+				busy = " (busy machine)"
+			}
+			logf("lag round %d/%d: %s p50 %.1f ms p99 %.1f ms; CPUs: Kafka %.2f, bench and tools %.2f, other %.2f, steal %.2f%s",
+				round+1, cfg.LagRounds, r.Tool, p50, p99, load.Kafka, load.Bench, load.Other, load.Steal, busy)
 		}
 	}
 	for _, t := range tools {
@@ -392,10 +494,10 @@ const warmUpValue = "warm-up"
 
 // measureLag is one round on topic (the same name on both clusters): it produces to the
 // source at cfg.LagRate for seconds and returns, sorted, the time from each record's creation to
-// its arrival on D. Later rounds measure the same topic again, so a round starts only once the
+// its arrival on D (each also passed to trace, when not nil, as it arrives). Later rounds measure the same topic again, so a round starts only once the
 // follower has copied everything produced so far, and counts only the records made after it
 // started.
-func measureLag(ctx context.Context, cfg MM2Config, topic string, seconds float64, stopped <-chan struct{}) ([]time.Duration, error) {
+func measureLag(ctx context.Context, cfg MM2Config, topic string, seconds float64, stopped <-chan struct{}, trace func(*kgo.Record, time.Duration)) ([]time.Duration, error) {
 	n := max(int(cfg.LagRate*seconds/float64(cfg.RecordBytes)), 1)
 	since := time.Now().Truncate(time.Millisecond) // record timestamps are in milliseconds
 	pcl, err := cfg.Source.Client(append(producerOpts(5*time.Millisecond), kgo.RecordPartitioner(warmUpPartitioner{}))...)
@@ -457,6 +559,9 @@ func measureLag(ctx context.Context, cfg MM2Config, topic string, seconds float6
 					}
 				default:
 					lat = append(lat, now.Sub(r.Timestamp))
+					if trace != nil {
+						trace(r, now.Sub(r.Timestamp))
+					}
 				}
 			})
 			got := len(lat)

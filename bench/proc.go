@@ -241,3 +241,45 @@ func tempLogDir(dir *string, prefix string) (cleanup func(), err error) {
 	*dir = d
 	return func() { os.RemoveAll(d) }, nil
 }
+
+// descendants returns the pids of every process below root (its children, theirs, ...), from
+// the parent pids in /proc/<pid>/stat.
+func descendants(root int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	parent := map[int]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces; ppid is the second field after it.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			parent[pid] = pp
+		}
+	}
+	var out []int
+	for pid := range parent {
+		for p, hops := parent[pid], 0; p > 1 && hops < 64; p, hops = parent[p], hops+1 {
+			if p == root {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -27,6 +27,7 @@ func mm2(args []string) error {
 	parts := fs.Int("partitions", 4, "partitions (MirrorMaker 2's tasks.max)")
 	lagRate := fs.Float64("lag-mbps", 2, "paced producer rate for the lag measurement, MB/s")
 	lagSecs := fs.Float64("lag-seconds", 0, "how long the paced producer runs for each tool, over all lag rounds (default 15, quick 3)")
+	lagTrace := fs.String("lag-trace", "", "write every lag record (tool, round, partition, offset, timestamp, lag) to this file")
 	lagRounds := fs.Int("lag-rounds", 0, "lag rounds: the tools' lag is measured in turns, this many, the order rotated each round (default 4)")
 	rf := fs.Int("replication-factor", 1, "replication factor of the source topics and both tools' copies (MirrorMaker 2's own default is 2)")
 	out := fs.String("out", "", "JSON report (default docs/bench/mm2-DATE.json, quick docs/bench/tmp/mm2-quick-DATE.json)")
@@ -63,7 +64,7 @@ func mm2(args []string) error {
 		return err
 	}
 	rep, runErr := bench.RunMM2(ctx, bench.MM2Config{Source: src, Dest: dst, OffsetgateBin: *ogBin, BaselineBin: *baseline, Mode: mode,
-		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs, LagRounds: *lagRounds,
+		Bytes: int64(*mib) << 20, RecordBytes: *size, Partitions: *parts, LagRate: *lagRate * 1e6, LagSeconds: *lagSecs, LagRounds: *lagRounds, LagTrace: *lagTrace,
 		ReplicationFactor: *rf, ServeYAML: *serveYAML, BaselineServeYAML: *baseYAML,
 		LogDir: logDir, Progress: os.Stderr})
 	if rep == nil {
@@ -100,6 +101,11 @@ func mm2(args []string) error {
 			}
 		}
 		fmt.Println(line)
+	}
+	for _, r := range rep.Results {
+		if busy := r.BusyRounds(); len(busy) > 0 {
+			fmt.Printf("%s: lag rounds %v ran on a busy machine (other processes or steal above %.1f CPU; lag_round_load in the raw numbers)\n", r.Tool, busy, bench.BusyOtherCPUs)
+		}
 	}
 	for _, r := range rep.Results {
 		fmt.Printf("%s verify: %s\n", r.Tool, r.Verify)
