@@ -20,6 +20,7 @@ import (
 	"hash/fnv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -52,6 +53,8 @@ const (
 	DefaultLease          = 30 * time.Second
 	recentEntries         = 4096
 	defaultRequestTimeout = 30 * time.Second
+	// snapshotGrace is how long Close waits for snapshots still being stored.
+	snapshotGrace = 5 * time.Second
 )
 
 // Config tunes the writer.
@@ -129,6 +132,12 @@ type Writer struct {
 	mu    sync.Mutex
 	parts map[key]*part
 	sinks map[sinkKey]*sink.Sink
+
+	// bg runs the snapshots (and the ledger trims after them) off the partitions' write
+	// paths; Close cancels them and waits.
+	bgCtx  context.Context
+	bgStop context.CancelFunc
+	bg     sync.WaitGroup
 }
 
 // sinkKey names one batch sender: a destination broker and a lane of its.
@@ -199,8 +208,21 @@ func laneHash(tid [16]byte, partition int32) uint32 {
 	return h.Sum32() + uint32(partition)
 }
 
-// Close stops the writer's batch senders and closes their connections.
+// Close lets the snapshots being stored finish (for up to snapshotGrace; then they are
+// cancelled), so that the next takeover starts from the newest, stops the writer's batch
+// senders and closes their connections.
 func (w *Writer) Close() {
+	stored := make(chan struct{})
+	go func() {
+		defer close(stored)
+		w.bg.Wait()
+	}()
+	select {
+	case <-stored:
+	case <-time.After(snapshotGrace):
+	}
+	w.bgStop()
+	<-stored
 	w.mu.Lock()
 	sinks := w.sinks
 	w.sinks = nil
@@ -243,7 +265,8 @@ func New(cfg Config, cl *kgo.Client, l *ledger.Ledger, log *zap.Logger, m *metri
 	if l != nil {
 		meta = l.Meta()
 	}
-	return &Writer{cfg: cfg, cl: cl, ledger: l, log: log, m: m, meta: meta, parts: map[key]*part{}}
+	bgCtx, bgStop := context.WithCancel(context.Background())
+	return &Writer{cfg: cfg, cl: cl, ledger: l, log: log, m: m, meta: meta, parts: map[key]*part{}, bgCtx: bgCtx, bgStop: bgStop}
 }
 
 // part is one mirror partition: its planning state and what the writer keeps for I/O. mu
@@ -266,10 +289,12 @@ type part struct {
 	leaderAddr string // its address, for pipelined writes ("": look it up)
 	// aligned is the D offset this process deleted D's records below (alignment fillers).
 	aligned int64
-	// snapAt is the ledger offset the newest snapshot this process knows of covers; snapReady:
-	// the snapshot topic exists (this process made sure).
+	// snapAt is the ledger offset the newest snapshot this process took covers; snapReady:
+	// the snapshot topic exists (this process made sure). snapDone is closed once the snapshot
+	// being stored in the background is stored (or failed); nil: none taken yet.
 	snapAt    int64
-	snapReady bool
+	snapReady atomic.Bool
+	snapDone  chan struct{}
 	counts    Counts // of the whole ledger, for snapshots
 	// app appends to the partition's ledger as the holder of its latest claim: the
 	// destination refuses the appends of an instance whose claim was taken over since.
@@ -330,6 +355,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	// final: the replay cannot use a snapshot, for as long as this configuration and these
 	// snapshots stand (none taken, or none this offsetgate reads); a snapshot that is only
 	// absent (or not read) may be there on the next look.
+	p.snapshotStored()
 	base, from, final, snapErr := w.lastSnapshot(ctx, p, partition)
 	// read reads the ledger from a snapshot's offset on, or whole; a whole read proves by itself
 	// that the ledger still starts at 0 (ledger.ReadWhole), and only one that finds it trimmed
@@ -801,7 +827,7 @@ func (w *Writer) land(ctx context.Context, p *part, partition int32, f *flight, 
 // when due (both only with nothing pending).
 func (w *Writer) settled(ctx context.Context, p *part, partition int32, plan Plan) Result {
 	w.deleteAligned(ctx, p, partition)
-	w.maybeSnapshot(ctx, p, partition)
+	w.maybeSnapshot(p, partition)
 	return Result{BaseOffset: plan.Base}
 }
 
@@ -872,44 +898,81 @@ func BeyondEnd(ctx context.Context, cl *kgo.Client, id string, partition int32, 
 	return nil
 }
 
-// maybeSnapshot stores a snapshot of the partition's state once SnapshotEvery ledger entries
-// were appended since the last one, when nothing is pending. A failure is only logged: the
-// next snapshot is tried an interval later, and the ledger alone is always enough.
-func (w *Writer) maybeSnapshot(ctx context.Context, p *part, partition int32) {
+// maybeSnapshot takes a snapshot of the partition's state once SnapshotEvery ledger entries
+// were appended since the last one, when nothing is pending, and stores it in the background:
+// the write that took it is answered, and the partition's next writes planned, without
+// waiting for the snapshot's replicated write, the ledger trim after it, or, the first time,
+// the snapshot topic's creation (which held a partition's writes for up to two seconds).
+// One snapshot of a partition is stored at a time, so they land in order. A failure is only
+// logged: the next snapshot is tried an interval later, and the ledger alone is always enough.
+func (w *Writer) maybeSnapshot(p *part, partition int32) {
 	if w.cfg.SnapshotEvery < 0 || p.ledgerNext-p.snapAt < w.cfg.SnapshotEvery || len(p.st.Pending) > 0 || p.halted != "" {
 		return
 	}
+	if p.snapDone != nil {
+		select {
+		case <-p.snapDone:
+		default:
+			return // the one before is still being stored: the next write tries again
+		}
+	}
 	at := p.ledgerNext
-	err := func() error {
-		sctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
-		defer cancel()
-		if !p.snapReady {
-			lp, err := w.meta.Lookup(sctx, p.topic, partition)
-			if err != nil {
-				return err
-			}
-			if err := w.ledger.EnsureSnapshots(sctx, p.id, lp.Partitions); err != nil {
-				return err
-			}
-			p.snapReady = true
-		}
-		b, err := snapshotOf(p.st, p.counts, at, w.cfg.Instance, p.until).encode()
-		if err != nil {
-			return err
-		}
-		return w.ledger.WriteSnapshot(sctx, p.id, partition, b)
-	}()
 	p.snapAt = at
+	// Encoded now, under the partition's lock: the state is exactly the ledger before at.
+	b, err := snapshotOf(p.st, p.counts, at, w.cfg.Instance, p.until).encode()
 	if err != nil {
-		w.log.Warn("snapshot of a mirror partition not written; the next one is tried later", zap.String("topic", p.topic),
+		w.log.Warn("snapshot of a mirror partition not taken; the next one is tried later", zap.String("topic", p.topic),
 			zap.Int32("partition", partition), zap.Int64("ledger_offset", at), zap.Error(err))
 		return
 	}
-	w.m.snapshot(p.topic)
-	if w.cfg.AfterSnapshot != nil {
-		tctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
-		defer cancel()
-		w.cfg.AfterSnapshot(tctx, p.tid, p.topic, partition, at)
+	done := make(chan struct{})
+	p.snapDone = done
+	topic, id, tid := p.topic, p.id, p.tid
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		err := w.storeSnapshot(p, topic, id, partition, b)
+		close(done)
+		if err != nil {
+			if w.bgCtx.Err() == nil {
+				w.log.Warn("snapshot of a mirror partition not written; the next one is tried later", zap.String("topic", topic),
+					zap.Int32("partition", partition), zap.Int64("ledger_offset", at), zap.Error(err))
+			}
+			return
+		}
+		w.m.snapshot(topic)
+		if w.cfg.AfterSnapshot != nil {
+			tctx, cancel := context.WithTimeout(w.bgCtx, defaultRequestTimeout)
+			defer cancel()
+			w.cfg.AfterSnapshot(tctx, tid, topic, partition, at)
+		}
+	}()
+}
+
+// storeSnapshot writes an encoded snapshot of a partition, creating the snapshot topic first
+// when this process has not made sure it exists.
+func (w *Writer) storeSnapshot(p *part, topic, id string, partition int32, b []byte) error {
+	ctx, cancel := context.WithTimeout(w.bgCtx, defaultRequestTimeout)
+	defer cancel()
+	if !p.snapReady.Load() {
+		lp, err := w.meta.Lookup(ctx, topic, partition)
+		if err != nil {
+			return err
+		}
+		if err := w.ledger.EnsureSnapshots(ctx, id, lp.Partitions); err != nil {
+			return err
+		}
+		p.snapReady.Store(true)
+	}
+	return w.ledger.WriteSnapshot(ctx, id, partition, b)
+}
+
+// snapshotStored waits until the partition's snapshot being stored in the background, if any,
+// is stored (or failed): a takeover reads the newest snapshot, and one still on its way could
+// be passed over for an older one while the ledger below the newer is trimmed.
+func (p *part) snapshotStored() {
+	if p.snapDone != nil {
+		<-p.snapDone
 	}
 }
 

@@ -272,6 +272,9 @@ func takeover(ctx context.Context, cl *kgo.Client, l *ledger.Ledger, topic catal
 	elapsed := time.Since(start)
 	close(stop)
 	wg.Wait()
+	// The snapshot the write made due is stored in the background; Close waits for it, so the
+	// next run can start from it.
+	w.Close()
 	if res.Code != 0 {
 		return TakeoverRun{}, fmt.Errorf("write at %d: %s", src, res.Msg)
 	}

@@ -169,11 +169,12 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 	return st, nil
 }
 
-// Close waits for the background work (the marks follower, view loads) to end with run, and
-// closes offsetgate's writer client.
+// Close waits for the background work (the marks follower, the writer's snapshots and the
+// ledger trims after them, view loads) to end with run, and closes offsetgate's writer client.
+// The writer goes first: a trim after a snapshot may load a partition's view.
 func (st *State) Close() {
 	<-st.done
-	st.View.Wait()
 	st.Writer.Close()
+	st.View.Wait()
 	st.cl.Close()
 }
