@@ -1,10 +1,28 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 )
+
+// ReadMM2JSON reads a report of `ogbench mm2`; ok is false (and no error) when the file is a
+// report of another kind.
+func ReadMM2JSON(path string) (rep *MM2Report, ok bool, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, err
+	}
+	var r MM2Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", path, err)
+	}
+	if r.Tool != "ogbench mm2" {
+		return nil, false, nil
+	}
+	return &r, true, nil
+}
 
 // WriteMM2SVG draws a run of `ogbench mm2` as bar charts: the copy's throughput and CPU, the
 // lag of the following mirrors (p50 and p99) and the time to the first record on D, each tool
@@ -25,8 +43,8 @@ func mm2SVG(rep *MM2Report) string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
 	rf := max(rep.ReplicationFactor, 1)
-	text(&b, w/2, 22, 15, "bold", "middle", fmt.Sprintf("Mirroring %.0f MB (%d partitions, %d-byte records, replication factor %d): offsetgate vs MirrorMaker 2",
-		float64(rep.Bytes)/1e6, rep.Partitions, rep.RecordBytes, rf))
+	text(&b, w/2, 22, 15, "bold", "middle", fmt.Sprintf("offsetgate vs MirrorMaker 2: mirroring %.0f MB", float64(rep.Bytes)/1e6))
+	text(&b, w/2, 40, 12, "normal", "middle", fmt.Sprintf("%d partitions, %d-byte records, replication factor %d on both clusters", rep.Partitions, rep.RecordBytes, rf))
 	type bar struct {
 		label string
 		val   float64
@@ -65,17 +83,17 @@ func mm2SVG(rep *MM2Report) string {
 			lag = append(lag, bar{r.Tool + " p50", r.LagP50Ms, c[0]}, bar{"p99", r.LagP99Ms, c[1]})
 		}
 	}
-	panel(20, 55, "copy throughput (MB/s, higher is better)", "MB/s", "%.1f", thr)
-	panel(380, 55, "copy CPU per GB (s, lower is better)", "s", "%.1f", cpu)
+	panel(20, 65, "copy throughput (MB/s, higher is better)", "MB/s", "%.1f", thr)
+	panel(380, 65, "copy CPU per GB (s, lower is better)", "s", "%.1f", cpu)
 	lagTitle := "lag, no lag rounds in this run"
 	if len(lag) > 0 {
 		lagTitle = fmt.Sprintf("lag at %.3g MB/s (ms, lower is better)", rep.LagRateMBps)
 	}
-	panel(20, 320, lagTitle, "ms", "%.0f", lag)
-	panel(380, 320, "first record on the destination (s)", "s", "%.2f", first)
+	panel(20, 325, lagTitle, "ms", "%.0f", lag)
+	panel(380, 325, "first record on the destination (s)", "s", "%.2f", first)
 	// What the brokers and the rest of the machine did while each tool's lag was measured: a
 	// lag measured on a machine near its limit, or a busy one, says so on the chart too.
-	y := 575
+	y := 580
 	for _, r := range rep.Results {
 		if len(r.LagRoundLoad) == 0 {
 			continue

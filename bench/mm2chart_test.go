@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -33,5 +36,28 @@ func TestMM2ChartDrawsLag(t *testing.T) {
 	rep.Results[0].LagRecords, rep.Results[1].LagRecords = 0, 0
 	if svg := mm2SVG(rep); !strings.Contains(svg, "no lag rounds in this run") || strings.Contains(svg, " p50<") {
 		t.Errorf("a run without lag rounds draws lag bars:\n%s", svg)
+	}
+}
+
+// ogbench chart redraws a mirroring run from its JSON, and leaves other reports to the
+// pass-through chart.
+func TestReadMM2JSON(t *testing.T) {
+	dir := t.TempDir()
+	rep := MM2Report{RunHeader: RunHeader{Tool: "ogbench mm2"}, Partitions: 4, Results: []MirrorResult{{Tool: "offsetgate", LagP50Ms: 12.5}}}
+	b, _ := json.Marshal(rep)
+	mm2 := filepath.Join(dir, "mm2.json")
+	other := filepath.Join(dir, "run.json")
+	if err := os.WriteFile(mm2, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte(`{"tool":"ogbench","cases":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := ReadMM2JSON(mm2)
+	if err != nil || !ok || got.Partitions != 4 || got.Results[0].LagP50Ms != 12.5 {
+		t.Fatalf("a mirroring report: %+v %v %v", got, ok, err)
+	}
+	if _, ok, err := ReadMM2JSON(other); ok || err != nil {
+		t.Fatalf("a pass-through report read as a mirroring one (%v, %v)", ok, err)
 	}
 }

@@ -270,13 +270,22 @@ func tmpfsDir() (string, bool) {
 
 func chart(args []string) error {
 	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
-	in := fs.String("in", "", "JSON report written by ogbench run (required)")
+	in := fs.String("in", "", "JSON report written by ogbench run or ogbench mm2 (required)")
 	svg := fs.String("svg", "", "SVG file to write (default and \"-\": none, only the table)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *in == "" {
 		return errors.New("chart: --in is required")
+	}
+	// A mirroring run's report (ogbench mm2) has a chart of its own.
+	if mrep, ok, err := bench.ReadMM2JSON(*in); err != nil {
+		return err
+	} else if ok {
+		if *svg == "" || *svg == "-" {
+			return errors.New("chart: a mirroring run's report is drawn only as a chart: give --svg")
+		}
+		return bench.WriteMM2SVG(*svg, mrep)
 	}
 	rep, err := bench.ReadJSON(*in)
 	if err != nil {
