@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"offsetgate/catalog"
-	"offsetgate/internal/ledgertest"
 	"offsetgate/ledger"
 )
 
@@ -20,12 +19,8 @@ import (
 // is let go, the snapshot is stored, the ledger trim hears of it, and a takeover by another
 // writer starts from it.
 func TestSnapshotOffTheWritePath(t *testing.T) {
-	c, cl := ledgertest.Cluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	const topic = "mirrored"
-	tid := oneTopic(ctx, t, cl, topic)
+	c, cl, ctx, tid := kfakeTopic(t)
+	const topic = kfakeTopicName
 	snapTopic := ledger.SnapshotTopic(catalog.IDString(tid))
 	release := make(chan struct{})
 	var held atomic.Bool

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -36,12 +37,8 @@ func TestTakeoverWaitsForAnUnreadableSnapshot(t *testing.T) {
 }
 
 func takeoverWithUnreadableSnapshot(t *testing.T, metadataCode, listCode int32) {
-	c, cl := ledgertest.Cluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	const topic = "mirrored"
-	tid := oneTopic(ctx, t, cl, topic)
+	c, cl, ctx, tid := kfakeTopic(t)
+	const topic = kfakeTopicName
 	id := catalog.IDString(tid)
 
 	// An earlier instance's history: two claims, a snapshot after them, the ledger trimmed
@@ -98,12 +95,8 @@ func sourceBatch(base int64, n int) []byte {
 // (the owner entry's append is held until they arrive, or for 3 s), and the write lands as
 // without the overlap.
 func TestTakeoverReadsWhileClaiming(t *testing.T) {
-	c, cl := ledgertest.Cluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	const topic = "mirrored"
-	tid := oneTopic(ctx, t, cl, topic)
+	c, cl, ctx, tid := kfakeTopic(t)
+	const topic = kfakeTopicName
 	lt := ledger.Topic(catalog.IDString(tid))
 
 	var (
@@ -180,6 +173,19 @@ func TestTakeoverReadsWhileClaiming(t *testing.T) {
 	if !atOwner[0] || !atOwner[1] {
 		t.Fatalf("when the owner entry was appended: high watermark asked %v, data producer id asked %v; want both asked while claiming", atOwner[0], atOwner[1])
 	}
+}
+
+// kfakeTopicName is the topic of the tests that run on a kfake cluster of their own.
+const kfakeTopicName = "mirrored"
+
+// kfakeTopic starts a kfake cluster holding the topic kfakeTopicName (one partition) and returns it,
+// a client of it, a context for the test (a minute) and the topic's id.
+func kfakeTopic(t *testing.T) (*kfake.Cluster, *kgo.Client, context.Context, [16]byte) {
+	t.Helper()
+	c, cl := ledgertest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c, cl, ctx, oneTopic(ctx, t, cl, kfakeTopicName)
 }
 
 // oneTopic creates a topic of one partition and returns its id.
