@@ -1,8 +1,11 @@
 package mirror
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"testing"
+	"time"
 
 	"offsetgate/batch"
 )
@@ -69,5 +72,35 @@ func TestWaitingChunkGrows(t *testing.T) {
 	req, _, _ = f.request()
 	if req == nil || req.Topics[0].Partitions[0].FetchOffset != 4 || req.Topics[0].Partitions[0].PartitionMaxBytes <= cfg.MaxBytes {
 		t.Fatalf("after the chunk was taken: %+v", req)
+	}
+}
+
+// retry's pauses start short (a topic created a moment ago is usually known everywhere a few
+// tens of milliseconds later) and grow, so its eight attempts still span over six seconds.
+func TestRetryWaits(t *testing.T) {
+	var total time.Duration
+	for a := 0; a < 8; a++ {
+		w := retryWait(a)
+		if a > 0 && w < retryWait(a-1) {
+			t.Fatalf("pause %d (%v) shorter than the one before (%v)", a, w, retryWait(a-1))
+		}
+		total += w
+	}
+	if first := retryWait(0); first > 100*time.Millisecond {
+		t.Fatalf("first pause %v: a run's first record waits for it", first)
+	}
+	if total < 6*time.Second {
+		t.Fatalf("eight attempts span %v, want over 6s for a connection being re-established", total)
+	}
+	// And retry itself: a call that fails once with a retriable error is asked again.
+	calls := 0
+	err := retry(context.Background(), func() error {
+		if calls++; calls == 1 {
+			return errors.New("partition missing from the answer")
+		}
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("retry: %v after %d calls", err, calls)
 	}
 }

@@ -505,10 +505,19 @@ func retry(ctx context.Context, fn func() error) error {
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		case <-time.After(retryWait(attempt)):
 		}
 	}
 	return err
+}
+
+// retryWait is the pause after a failed attempt of retry: short at first, because the usual
+// failure at start is a topic created a moment ago whose partitions the destination's brokers
+// have not all learned (the first answer through offsetgate misses one, the next has them all,
+// and a first pause of 200 ms was a fifth of a run's time to its first record), then doubling,
+// so that eight attempts still span over six seconds for a connection being re-established.
+func retryWait(attempt int) time.Duration {
+	return min(50*time.Millisecond<<attempt, 1600*time.Millisecond)
 }
 
 // tlsDialer wraps a dial function with TLS (kgo takes a dialer or a TLS config, not both).
