@@ -134,7 +134,7 @@ type Writer struct {
 	sinks map[sinkKey]*sink.Sink
 
 	// bg runs the snapshots (and the ledger trims after them) off the partitions' write
-	// paths; Close cancels them and waits.
+	// paths; Close waits for them (up to snapshotGrace), then cancels what is left.
 	bgCtx  context.Context
 	bgStop context.CancelFunc
 	bg     sync.WaitGroup
