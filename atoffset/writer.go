@@ -138,6 +138,10 @@ type Writer struct {
 	bgCtx  context.Context
 	bgStop context.CancelFunc
 	bg     sync.WaitGroup
+	// closed (under mu): Close has begun. No snapshot starts after it (the WaitGroup is not
+	// added to while Close waits on it), and a write that comes late gets a closed sink, whose
+	// batches fail unsent, rather than a new connection nothing would close.
+	closed bool
 }
 
 // sinkKey names one batch sender: a destination broker and a lane of its.
@@ -176,6 +180,11 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 		w.sinks = map[sinkKey]*sink.Sink{}
 	}
 	k := sinkKey{addr, lane}
+	if w.closed {
+		sk := sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("data"))
+		sk.Close()
+		return sk
+	}
 	sk := w.sinks[k]
 	if sk == nil {
 		if lane < 0 {
@@ -212,6 +221,9 @@ func laneHash(tid [16]byte, partition int32) uint32 {
 // cancelled), so that the next takeover starts from the newest, stops the writer's batch
 // senders and closes their connections.
 func (w *Writer) Close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
 	stored := make(chan struct{})
 	go func() {
 		defer close(stored)
@@ -230,6 +242,12 @@ func (w *Writer) Close() {
 	for _, sk := range sinks {
 		sk.Close()
 	}
+}
+
+func (w *Writer) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
 }
 
 type key struct {
@@ -349,9 +367,12 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		return err
 	}
 	count := lp.Partitions
+	phases := loadPhases{start: start}
+	phases.mark(&phases.lookup)
 	if err := w.ledger.Ensure(ctx, p.id, count); err != nil {
 		return err
 	}
+	phases.mark(&phases.ensure)
 	// final: the replay cannot use a snapshot, for as long as this configuration and these
 	// snapshots stand (none taken, or none this offsetgate reads); a snapshot that is only
 	// absent (or not read) may be there on the next look.
@@ -380,6 +401,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		}
 		return es, next, err
 	}
+	phases.mark(&phases.snapshot)
 	es, next, err := read(from)
 	if err == nil && from > 0 && next < from {
 		err = BeyondEnd(ctx, w.cl, p.id, partition, from, next)
@@ -394,6 +416,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if err != nil {
 		return err
 	}
+	phases.mark(&phases.read)
 	p.snapAt = from
 	r := ReplayOnto(base, es)
 	if r.Owner != "" && r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
@@ -436,6 +459,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 		}
 	}
+	phases.mark(&phases.claim)
 	p.app, p.until, p.ledgerNext = app, until, after
 	p.st, p.halted, p.counts = r.State, r.Halted, r.Counts
 	p.aligned = 0 // deleting again below the same offset is harmless
@@ -474,8 +498,10 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		}
 		p.st.PID, p.st.PEpoch, p.st.Seq = pid, epoch, 0
 	}
+	phases.mark(&phases.ahead)
 	p.loaded = true
 	w.m.load(time.Since(start), from > 0)
+	phases.log(w.log, p.topic, partition)
 	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
 		zap.Int64("snapshot_at", from), zap.Int("ledger_entries_read", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
 	return nil
@@ -503,6 +529,31 @@ func (w *Writer) stillOwned(ctx context.Context, p *part, partition int32) error
 		zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int("entries_since", len(es)))
 	p.unload()
 	return nil
+}
+
+// loadPhases times a takeover's steps, for the debug log: where a partition's first write
+// waits (a new mirror topic's ledger topic is created on its first write, for one).
+type loadPhases struct {
+	start, last                                  time.Time
+	lookup, ensure, snapshot, read, claim, ahead time.Duration
+}
+
+// mark sets *d to the time since the previous mark (or the start).
+func (l *loadPhases) mark(d *time.Duration) {
+	now := time.Now()
+	if l.last.IsZero() {
+		l.last = l.start
+	}
+	*d, l.last = now.Sub(l.last), now
+}
+
+func (l *loadPhases) log(log *zap.Logger, topic string, partition int32) {
+	if ce := log.Check(zap.DebugLevel, "mirror partition load"); ce != nil {
+		ce.Write(zap.String("topic", topic), zap.Int32("partition", partition),
+			zap.Duration("lookup", l.lookup), zap.Duration("ensure", l.ensure), zap.Duration("snapshot", l.snapshot),
+			zap.Duration("read", l.read), zap.Duration("claim", l.claim), zap.Duration("ahead", l.ahead),
+			zap.Duration("total", time.Since(l.start)))
+	}
 }
 
 type ownedError struct {
@@ -649,6 +700,9 @@ type flight struct {
 // and queues the data. It returns the answer when the write ends there (refused, or nothing
 // to write), else the write in flight.
 func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []byte, from int64, follows bool) (Result, *flight) {
+	if w.isClosed() {
+		return Result{Code: ErrRetriable, Msg: "offsetgate: the mirror writer is shut down (offsetgate is stopping); nothing was written"}, nil
+	}
 	if err := w.stillOwned(ctx, p, partition); err != nil {
 		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the partition's ledger: " + err.Error()}, nil
 	}
@@ -916,11 +970,21 @@ func (w *Writer) maybeSnapshot(p *part, partition int32) {
 			return // the one before is still being stored: the next write tries again
 		}
 	}
+	w.mu.Lock()
+	closed := w.closed
+	if !closed {
+		w.bg.Add(1) // before Close can wait: it sets closed under the same lock first
+	}
+	w.mu.Unlock()
+	if closed {
+		return // the writer is closing: the ledger alone is enough for the next takeover
+	}
 	at := p.ledgerNext
 	p.snapAt = at
 	// Encoded now, under the partition's lock: the state is exactly the ledger before at.
 	b, err := snapshotOf(p.st, p.counts, at, w.cfg.Instance, p.until).encode()
 	if err != nil {
+		w.bg.Done()
 		w.log.Warn("snapshot of a mirror partition not taken; the next one is tried later", zap.String("topic", p.topic),
 			zap.Int32("partition", partition), zap.Int64("ledger_offset", at), zap.Error(err))
 		return
@@ -928,7 +992,6 @@ func (w *Writer) maybeSnapshot(p *part, partition int32) {
 	done := make(chan struct{})
 	p.snapDone = done
 	topic, id, tid := p.topic, p.id, p.tid
-	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
 		err := w.storeSnapshot(p, topic, id, partition, b)
