@@ -38,6 +38,9 @@ func TestLedgerLanes(t *testing.T) {
 			if l >= 0 || l < -ledgerLanes {
 				t.Fatalf("partition %d: ledger lane %d outside [-%d, -1]", partition, l, ledgerLanes)
 			}
+			if ll := ledgerLeaderLane(tid, partition); ll >= -ledgerLanes || ll < -2*ledgerLanes || ll != ledgerLeaderLane(tid, partition) {
+				t.Fatalf("partition %d: acks=1 ledger lane %d outside [-%d, -%d] or not stable", partition, ll, 2*ledgerLanes, ledgerLanes+1)
+			}
 			if d := w.dataLane(p, partition); d < 1 {
 				t.Fatalf("partition %d: data lane %d is a ledger lane", partition, d)
 			}

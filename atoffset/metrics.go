@@ -28,6 +28,10 @@ type metrics struct {
 	// Time a write whose data D answered waits for its partition before it lands: the
 	// partition's lock is held by the next write's planning and ledger append meanwhile.
 	landWait prometheus.Observer
+	// With Config.LedgerLeaderAcks: ledger appends answered by the leader alone, and how long
+	// a write's data waited for its ledger entries' replication once D had answered them.
+	leaderAppends prometheus.Counter
+	replWait      prometheus.Observer
 }
 
 // NewMetrics registers the produce-at-offset metrics.
@@ -65,7 +69,13 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 		Help:    "Time a mirror write whose data the destination answered waits for its partition before it is checked and answered (the partition's next write holds it while it plans and appends to the ledger).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	m.landWait = landWait
-	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends, landWait)
+	m.leaderAppends = prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_mirror_ledger_leader_appends_total",
+		Help: "Ledger appends answered by the ledger partition's leader (ledger_acks: leader), their replication confirmed before the write is answered."})
+	replWait := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "offsetgate_mirror_ledger_replication_wait_seconds",
+		Help:    "Time a mirror write waited, once the destination had answered its data, for its ledger entries' replication (ledger_acks: leader).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.replWait = replWait
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends, landWait, m.leaderAppends, replWait)
 	return m
 }
 

@@ -83,6 +83,17 @@ type Config struct {
 	// again from its log start to record what its cleaner changed.
 	// An error (the history could not be read) refuses the write, retriably.
 	Find func(id catalog.TopicID, partition int32, src int64) (ledger.Entry, bool, error)
+	// LedgerLeaderAcks: a write's ledger entries are appended with acks=1 (the ledger
+	// partition's leader checks the claim's epoch, so a stale holder is fenced as before), its
+	// data sent once the leader has them, and the write answered only once both its data and
+	// its entries are replicated (Fenced.Replication). It saves a following write one
+	// replication round trip. The cost: a ledger leader that fails before its follower has the
+	// entries loses them while the data may be on D. Nothing is guessed then: the partition is
+	// read again, and D holding offsets beyond its ledger halts it (load); each takeover
+	// writes with a producer id of its own, so that D cannot take a resend for a batch of the
+	// earlier producer it holds unreplicated. A fresh partition's first plan, a takeover's
+	// first, and a write of more than maxUnreplicated batches append with acks=all. Needs Dial.
+	LedgerLeaderAcks bool
 	// DataLanes is how many connections to each destination broker carry data (0:
 	// DefaultDataLanes, at most MaxDataLanes), a partition always on the same one. Several
 	// lanes let the partitions' acks=all requests wait for their replication side by side
@@ -166,6 +177,10 @@ type sinkKey struct {
 // destination (docs/benchmarks.md, "Ledger lanes").
 const (
 	ledgerLanes = 4
+	// maxUnreplicated is the most batches of a partition written with their ledger entries
+	// not yet known replicated (Config.LedgerLeaderAcks): a following mirror's writes, not a
+	// catch-up's many batches (which gain nothing from it), are what a lost append can halt.
+	maxUnreplicated = 5
 	// DefaultDataLanes and MaxDataLanes: Config.DataLanes, a broker connection each.
 	DefaultDataLanes = 4
 	MaxDataLanes     = 16
@@ -190,7 +205,11 @@ func (w *Writer) sink(addr string, lane int) *sink.Sink {
 		if lane < 0 {
 			// Ledger appends of concurrent partitions share a request (one replication wait)
 			// rather than waiting for each other's replication in turn on the connection.
-			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"), sink.OneAtATime(), sink.OnAnswer(w.m.took("ledger")))
+			opts := []sink.Option{sink.OneAtATime(), sink.OnAnswer(w.m.took("ledger"))}
+			if lane < -ledgerLanes {
+				opts = append(opts, sink.LeaderAcks()) // Config.LedgerLeaderAcks
+			}
+			sk = sink.New(addr, w.cfg.Dial, defaultRequestTimeout, w.m.sent("ledger"), opts...)
 		} else {
 			// A partition's data move in runs (several batches per replication round trip):
 			// a write is answered only once D confirmed its batches replicated, as before.
@@ -209,6 +228,12 @@ func (w *Writer) dataLane(p *part, partition int32) int {
 // ledgerLane is the lane of a partition's ledger appends (negative: ledger lanes).
 func ledgerLane(tid [16]byte, partition int32) int {
 	return -1 - int(laneHash(tid, partition)%ledgerLanes)
+}
+
+// ledgerLeaderLane is the lane of a partition's ledger appends sent with acks=1
+// (Config.LedgerLeaderAcks): connections of their own, so no request mixes the two.
+func ledgerLeaderLane(tid [16]byte, partition int32) int {
+	return ledgerLane(tid, partition) - ledgerLanes
 }
 
 func laneHash(tid [16]byte, partition int32) uint32 {
@@ -325,6 +350,12 @@ type part struct {
 	// fails counts failed writes: a write that succeeds clears the resync only when no
 	// write failed since it was planned.
 	fails uint64
+	// pidDurable: the data producer's id is in a replicated ledger entry (not so for a fresh
+	// partition, or a takeover's new producer, before its first append with acks=all).
+	// unrepl counts the batches of writes whose entries are not yet known replicated
+	// (Config.LedgerLeaderAcks).
+	pidDurable bool
+	unrepl     int
 }
 
 // unload forgets what this process holds of the partition: the next write reads the ledger
@@ -336,6 +367,7 @@ func (p *part) unload() {
 	// nothing of theirs counts as flying any more.
 	p.gen++
 	p.flying = nil
+	p.unrepl = 0
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -428,7 +460,8 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	// entries pending (retried with their own producer values, and confirmed from D again when
 	// D refuses a resend); a partition that turns out not to be fresh after all leaves its
 	// producer id unused.
-	ahead := w.readAhead(ctx, p.topic, partition, len(r.Segments) == 0 && r.Next < 0)
+	// With LedgerLeaderAcks every takeover writes with a producer of its own on D (below).
+	ahead := w.readAhead(ctx, p.topic, partition, len(r.Segments) == 0 && r.Next < 0 || w.leaderAcks())
 	defer ahead.stop()
 	// Claim: the partition's ledger producer gets a new epoch, and this process's first append
 	// (the owner entry) makes the destination refuse every earlier holder's appends. What an
@@ -441,6 +474,10 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		// Appends of partitions written at the same time share requests, as their data does.
 		app.SendWith(func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
 			r := w.sink(addr, ledgerLane(id, partition)).Send(ctx, topic, id, partition, [][]byte{data})[0]
+			return r.Answer, r.Err
+		})
+		app.SendLeaderWith(func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
+			r := w.sink(addr, ledgerLeaderLane(id, partition)).Send(ctx, topic, id, partition, [][]byte{data})[0]
 			return r.Answer, r.Err
 		})
 	}
@@ -488,6 +525,33 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			return err
 		}
 		p.ledgerNext = after
+	}
+	p.pidDurable = !fresh
+	if !fresh && w.leaderAcks() && p.halted == "" {
+		// An append the ledger's leader answered may have been lost with its data on D
+		// (Config.LedgerLeaderAcks). What D holds beyond the ledger is not planned on (nor
+		// overwritten): the partition halts. And a producer of this takeover's own writes from
+		// here, so that D cannot take a resend for a batch of the earlier producer it holds
+		// beyond its high watermark (D recognises a resend by its sequence, not its content):
+		// such a batch, once replicated, puts the next write past the offset planned, which
+		// halts the partition too. Pending entries are resent with their recorded producer.
+		if hwm > p.st.DNext {
+			reason := fmt.Sprintf("the destination holds offsets %d-%d beyond what the ledger accounts for (a ledger append answered by its leader, ledger_acks: leader, lost with its data on the destination, or a write that did not come through offsetgate)", p.st.DNext, hwm-1)
+			p.halted = reason
+			w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
+			_, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}})
+			if err != nil {
+				return err
+			}
+			p.ledgerNext = after
+		} else {
+			pid, epoch, err := ahead.producer(ctx)
+			if err != nil {
+				return err
+			}
+			p.st.PID, p.st.PEpoch, p.st.Seq = pid, epoch, 0
+			p.pidDurable = false // its first plan appends with acks=all
+		}
 	}
 	if fresh {
 		// A fresh mirror partition: D's end is where the first segment starts.
@@ -666,10 +730,16 @@ func (w *Writer) Write(ctx context.Context, t catalog.Topic, partition int32, re
 			queued = nil
 		}
 		done := f.wait()
+		var replErr error
+		if f.replicated != nil {
+			t0 := time.Now()
+			replErr = f.replicated()
+			w.m.replWait.Observe(time.Since(t0).Seconds())
+		}
 		t0 := time.Now()
 		p.mu.Lock()
 		w.m.landWait.Observe(time.Since(t0).Seconds())
-		res = w.land(ctx, p, partition, f, done)
+		res = w.land(ctx, p, partition, f, done, replErr)
 	}
 	switch {
 	case res.Code != 0:
@@ -694,6 +764,10 @@ type flight struct {
 	gen  uint64 // the partition's load generation when planned
 	wait func() []sink.Result
 	srcs []int64 // the pending entries it carries (flying until it lands)
+	// replicated, with Config.LedgerLeaderAcks, waits for the write's ledger entries to be
+	// replicated (nil: appended with acks=all); unrepl is its batches counted in part.unrepl.
+	replicated func() error
+	unrepl     int
 }
 
 // begin loads the partition, plans the request (Plan: no I/O), stores the plan in the ledger
@@ -780,10 +854,23 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 	if w.cfg.BeforeAppend != nil {
 		w.cfg.BeforeAppend(p.topic, partition)
 	}
+	// Config.LedgerLeaderAcks: the data go once the ledger's leader has the entries, and
+	// the write is answered once they are replicated too. Not for the first append of a
+	// producer (a fresh partition's, a takeover's) nor beyond maxUnreplicated batches.
+	leaderOnly := w.leaderAcks() && len(entries) > 0 && len(plan.Writes) > 0 &&
+		p.pidDurable && p.unrepl+len(plan.Writes) <= maxUnreplicated
+	var replicated func() error
 	if len(entries) > 0 {
 		lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
 		t0 := time.Now()
-		base, next, err := p.app.Append(lctx, entries)
+		var base, next int64
+		var err error
+		if leaderOnly {
+			base, next, err = p.app.AppendLeader(lctx, entries)
+			w.m.leaderAppends.Inc()
+		} else {
+			base, next, err = p.app.Append(lctx, entries)
+		}
 		w.m.appends.Observe(time.Since(t0).Seconds())
 		cancel()
 		if err != nil {
@@ -810,6 +897,11 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}, nil
 		}
 		p.ledgerNext = next
+		if leaderOnly {
+			replicated = w.awaitReplicated(ctx, p.app.Replication(next))
+		} else {
+			p.pidDurable = true
+		}
 		p.st.Apply(plan)
 		for _, e := range plan.Entries {
 			p.counts.add(e)
@@ -824,7 +916,11 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 	}
 	// Data, in order, one batch per Produce request (what a stock broker takes), queued behind
 	// the partition's earlier writes in the sink of its leader.
-	f := &flight{plan: plan, gen: p.gen}
+	f := &flight{plan: plan, gen: p.gen, replicated: replicated}
+	if replicated != nil {
+		f.unrepl = len(plan.Writes)
+		p.unrepl += f.unrepl
+	}
 	if p.flying == nil {
 		p.flying = map[int64]bool{}
 	}
@@ -839,11 +935,23 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 // land checks what D answered for a write's data (done: the sink's outcomes, in order) and
 // sends whatever the sink did not confirm again one by one with the same bytes, which D
 // recognises, when no later write of the partition is queued behind it.
-func (w *Writer) land(ctx context.Context, p *part, partition int32, f *flight, done []sink.Result) Result {
+func (w *Writer) land(ctx context.Context, p *part, partition int32, f *flight, done []sink.Result, replErr error) Result {
 	if f.gen == p.gen {
 		for _, src := range f.srcs {
 			delete(p.flying, src)
 		}
+		p.unrepl -= f.unrepl
+	}
+	if replErr != nil {
+		// The ledger entries may be lost (their leader failed before its follower had them)
+		// while the data reached D: the write is not answered, and the partition is read from
+		// the ledger again (load: it halts if D holds offsets beyond the ledger).
+		if f.gen == p.gen {
+			p.unload()
+		}
+		w.log.Warn("ledger entries of a write not confirmed replicated: the partition is read again before its next write",
+			zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(replErr))
+		return Result{Code: ErrRetriable, Msg: "offsetgate: the write's ledger entries were not confirmed replicated (" + replErr.Error() + "); retry"}
 	}
 	todo := f.plan.Writes
 	for i, wr := range todo {
@@ -875,6 +983,22 @@ func (w *Writer) land(ctx context.Context, p *part, partition int32, f *flight, 
 		}
 	}
 	return w.settled(ctx, p, partition, f.plan)
+}
+
+// leaderAcks: ledger appends may be answered by the ledger's leader (Config.LedgerLeaderAcks).
+func (w *Writer) leaderAcks() bool { return w.cfg.LedgerLeaderAcks && w.cfg.Dial != nil }
+
+// awaitReplicated starts waiting for a write's ledger entries to be replicated (wait, from
+// Fenced.Replication) beside its data's writing, and returns what gives the outcome. Its
+// goroutine is the write's: Write always takes the outcome.
+func (w *Writer) awaitReplicated(ctx context.Context, wait func(context.Context) error) func() error {
+	out := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+		defer cancel()
+		out <- wait(rctx)
+	}()
+	return func() error { return <-out }
 }
 
 // settled ends a write whose data D confirmed: alignment fillers deleted and a snapshot taken

@@ -17,6 +17,8 @@ var stageSeries = []struct{ name, metric, labels string }{
 	{"ledger_append", "offsetgate_mirror_ledger_append_seconds", ""},
 	{"land_wait", "offsetgate_mirror_land_wait_seconds", ""},
 	{"ledger_request", "offsetgate_mirror_produce_request_seconds", `acks="all",lane="ledger"`},
+	{"ledger_request_acks_1", "offsetgate_mirror_produce_request_seconds", `acks="1",lane="ledger"`},
+	{"ledger_replication_wait", "offsetgate_mirror_ledger_replication_wait_seconds", ""},
 	{"data_request_acks_all", "offsetgate_mirror_produce_request_seconds", `acks="all",lane="data"`},
 	{"data_request_acks_1", "offsetgate_mirror_produce_request_seconds", `acks="1",lane="data"`},
 }

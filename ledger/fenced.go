@@ -51,6 +51,8 @@ type Fenced struct {
 	addr      string // the leader's address, for send
 	broken    error
 	send      Sender
+	// sendLeader, when set, sends AppendLeader's batches (acks=1).
+	sendLeader Sender
 }
 
 // Sender sends one batch of a partition to the broker at addr and returns the broker's answer
@@ -60,6 +62,9 @@ type Sender func(ctx context.Context, addr, topic string, id [16]byte, partition
 // SendWith makes appends go through s (a sender that shares requests with other partitions'
 // writes) instead of a request of their own on the ledger's client.
 func (f *Fenced) SendWith(s Sender) { f.send = s }
+
+// SendLeaderWith is SendWith for AppendLeader: s must send with acks=1.
+func (f *Fenced) SendLeaderWith(s Sender) { f.sendLeader = s }
 
 // Claim takes a ledger partition over: it bumps the epoch of the partition's producer, which
 // fences every earlier holder from the moment this one appends.
@@ -99,6 +104,18 @@ func (l *Ledger) Claim(ctx context.Context, topicID string, partition int32) (*F
 // returns the ledger offset of the first and the offset after the last. ErrFenced: another
 // holder claimed the partition since; nothing was written.
 func (f *Fenced) Append(ctx context.Context, es []Entry) (base, next int64, err error) {
+	return f.append(ctx, es, false)
+}
+
+// AppendLeader is Append answered once the ledger partition's leader appended the entries,
+// before they are replicated (acks=1): the leader checks the producer's epoch, so an earlier
+// holder is fenced all the same, but the entries are durable only once Replicated says so
+// (a new leader elected meanwhile may not have them).
+func (f *Fenced) AppendLeader(ctx context.Context, es []Entry) (base, next int64, err error) {
+	return f.append(ctx, es, true)
+}
+
+func (f *Fenced) append(ctx context.Context, es []Entry, leaderOnly bool) (base, next int64, err error) {
 	if f.broken != nil {
 		return 0, 0, fmt.Errorf("ledger: %s[%d]: an earlier append failed (%v); claim the partition again", f.topic, f.partition, f.broken)
 	}
@@ -109,13 +126,57 @@ func (f *Fenced) Append(ctx context.Context, es []Entry) (base, next int64, err 
 	if err != nil {
 		return 0, 0, err
 	}
-	base, err = f.produce(ctx, data)
+	base, err = f.produce(ctx, data, leaderOnly)
 	if err != nil {
 		f.broken = err
 		return 0, 0, err
 	}
 	f.seq = nextSequence(f.seq, int32(len(es)))
 	return base, base + int64(len(es)), nil
+}
+
+// Replication returns what waits until the ledger partition's high watermark reaches next,
+// that is until every entry appended before next is on all its in-sync replicas (when an
+// acks=all append would have been answered). It takes the leader that answered the appends
+// now, under the caller's hold of the Fenced, and may then run beside later appends. It asks
+// with a Fetch at next-1 that the leader holds until its high watermark passes that offset,
+// so it is answered the moment the entries are replicated, without polling. An error (a new
+// leader, the entries gone, ctx done): they are not known to be replicated.
+func (f *Fenced) Replication(next int64) func(ctx context.Context) error {
+	cl, topic, tid, partition, leader := f.l.cl, f.topic, f.tid, f.partition, f.leader
+	return func(ctx context.Context) error {
+		for {
+			req := kmsg.NewPtrFetchRequest()
+			req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.ReplicaID = 5000, 1, 1, -1
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic, ft.TopicID = topic, tid
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes, fp.CurrentLeaderEpoch, fp.LogStartOffset = partition, next-1, 1, -1, -1
+			ft.Partitions = append(ft.Partitions, fp)
+			req.Topics = append(req.Topics, ft)
+			kr, err := cl.Broker(int(leader)).Request(ctx, req)
+			if err != nil {
+				return fmt.Errorf("ledger: replication of %s[%d] below %d: %w", topic, partition, next, err)
+			}
+			resp := kr.(*kmsg.FetchResponse)
+			if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+				return fmt.Errorf("ledger: replication of %s[%d] below %d: %w", topic, partition, next, err)
+			}
+			if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+				return fmt.Errorf("ledger: replication of %s[%d] below %d: malformed fetch response", topic, partition, next)
+			}
+			p := resp.Topics[0].Partitions[0]
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return fmt.Errorf("ledger: replication of %s[%d] below %d (leader %d): %w", topic, partition, next, leader, err)
+			}
+			if p.HighWatermark >= next {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("ledger: replication of %s[%d] below %d (high watermark %d): %w", topic, partition, next, p.HighWatermark, err)
+			}
+		}
+	}
 }
 
 // batch encodes entries as one record batch of the partition's producer at its next sequence,
@@ -166,7 +227,11 @@ func (f *Fenced) batch(es []Entry) ([]byte, error) {
 
 // produce sends the batch to the partition's leader, retrying retriable failures with the same
 // bytes, and returns the base offset the destination gave it.
-func (f *Fenced) produce(ctx context.Context, data []byte) (int64, error) {
+func (f *Fenced) produce(ctx context.Context, data []byte, leaderOnly bool) (int64, error) {
+	send := f.send
+	if leaderOnly {
+		send = f.sendLeader
+	}
 	var last error
 	for attempt := 0; attempt < 10; attempt++ {
 		if attempt > 0 {
@@ -184,12 +249,12 @@ func (f *Fenced) produce(ctx context.Context, data []byte) (int64, error) {
 		}
 		var pr kmsg.ProduceResponseTopicPartition
 		var err error
-		if f.send != nil && f.addr != "" {
+		if send != nil && f.addr != "" {
 			rctx, cancel := context.WithTimeout(ctx, 35*time.Second)
-			pr, err = f.send(rctx, f.addr, f.topic, f.tid, f.partition, data)
+			pr, err = send(rctx, f.addr, f.topic, f.tid, f.partition, data)
 			cancel()
 		} else {
-			pr, err = f.request(ctx, data)
+			pr, err = f.request(ctx, data, leaderOnly)
 		}
 		if err != nil {
 			last = err
@@ -215,9 +280,12 @@ func (f *Fenced) produce(ctx context.Context, data []byte) (int64, error) {
 }
 
 // request sends the batch as a Produce request of its own on the ledger's client.
-func (f *Fenced) request(ctx context.Context, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
+func (f *Fenced) request(ctx context.Context, data []byte, leaderOnly bool) (kmsg.ProduceResponseTopicPartition, error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks, req.TimeoutMillis = -1, 30000
+	if leaderOnly {
+		req.Acks = 1
+	}
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic, rt.TopicID = f.topic, f.tid // v13 names topics by id
 	rp := kmsg.NewProduceRequestTopicPartition()

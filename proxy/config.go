@@ -79,6 +79,13 @@ type Config struct {
 	// confirmations (acks=all) then wait for replication beside other partitions' rather
 	// than behind them; 1 puts every partition's data in the fewest requests. At most 16.
 	DataLanes int `yaml:"data_lanes"`
+	// LedgerAcks is how a mirror write's ledger append is acknowledged before its data go to
+	// the destination: "all" (the default) waits for the append's replication; "leader" sends
+	// the data once the ledger partition's leader has it and answers the write once both are
+	// replicated, one replication round trip less per following write. A ledger leader that
+	// fails before its follower has the entries then halts the partition, its data on the
+	// destination beyond what the ledger accounts for (docs/operations.md, "ledger_acks").
+	LedgerAcks string `yaml:"ledger_acks"`
 	// ViewMemoryMB bounds, in MiB, the source view's index pages kept in memory (the source
 	// header fields of every mirrored batch, which consumers' fetches are served with) beyond
 	// the page each mirror partition is filling; the least recently used pages beyond it are
@@ -337,6 +344,11 @@ func (c *Config) Validate() error {
 	}
 	if c.DataLanes < 0 || c.DataLanes > atoffset.MaxDataLanes {
 		bad("data_lanes", "must be 0 (the default, %d) to %d connections per destination broker", atoffset.DefaultDataLanes, atoffset.MaxDataLanes)
+	}
+	switch c.LedgerAcks {
+	case "", "all", "leader":
+	default:
+		bad("ledger_acks", "must be all (the default) or leader, not %q", c.LedgerAcks)
 	}
 	if c.ViewMemoryMB < -1 {
 		bad("view_memory_mb", "must be -1 (unbounded), 0 (the default, 256) or a number of MiB")

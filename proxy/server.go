@@ -258,7 +258,7 @@ func (s *Server) Run(ctx context.Context) error {
 		instance = host + "/" + s.cfg.BootstrapListen()
 	}
 	st, err := state.Open(ctx, runCtx, state.Config{ClientOpts: append(opts, kgo.SeedBrokers(s.cfg.Bootstrap...)), Instance: instance,
-		MaxFill: s.cfg.MaxFill, Align: s.cfg.AlignMax, SnapshotEvery: s.cfg.SnapshotEvery, DataLanes: s.cfg.DataLanes, ViewMemory: viewMemory(s.cfg.ViewMemoryMB), Lease: s.cfg.OwnershipLease, Dial: s.dialOwn, BeforeAppend: s.cfg.BeforeLedgerAppend, Metrics: s.reg, Log: s.log})
+		MaxFill: s.cfg.MaxFill, Align: s.cfg.AlignMax, SnapshotEvery: s.cfg.SnapshotEvery, DataLanes: s.cfg.DataLanes, LedgerLeaderAcks: s.cfg.LedgerAcks == "leader", ViewMemory: viewMemory(s.cfg.ViewMemoryMB), Lease: s.cfg.OwnershipLease, Dial: s.dialOwn, BeforeAppend: s.cfg.BeforeLedgerAppend, Metrics: s.reg, Log: s.log})
 	if err != nil {
 		return fmt.Errorf("destination %v: %w", s.cfg.Bootstrap, err)
 	}

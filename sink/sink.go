@@ -148,6 +148,7 @@ type Sink struct {
 	quick   func()                            // with Runs: called for every acks=1 request written
 	took    func(acks int16, d time.Duration) // called for every request answered
 	depth   int                               // requests in flight at most (Depth unless OneAtATime)
+	leader  bool                              // LeaderAcks: every request acks=1
 
 	mu      sync.Mutex
 	jobs    []*job // partitions with batches to send, in arrival order (one job per partition at a time)
@@ -183,6 +184,11 @@ func OnQuick(f func()) Option { return func(s *Sink) { s.quick = f } }
 // other, replication wait included, so five in flight wait five round trips in turn, where one
 // request carrying the five batches waits one.
 func OneAtATime() Option { return func(s *Sink) { s.depth = 1 } }
+
+// LeaderAcks sends every request with acks=1: answered once the leader appended the batches,
+// not their replication. For ledger appends whose replication the writer confirms by itself
+// (atoffset.Config.LedgerLeaderAcks).
+func LeaderAcks() Option { return func(s *Sink) { s.leader = true } }
 
 // OnAnswer sets what is told, for every request answered, its acks and the time from its
 // writing to its answer (for metrics: with requests in flight behind each other, that time
@@ -499,7 +505,7 @@ func (s *Sink) next() inflight {
 			f.req = kmsg.NewPtrProduceRequest()
 			f.req.SetVersion(9) // names topics; every broker offsetgate supports takes it
 			f.req.Acks, f.req.TimeoutMillis = -1, int32(s.timeout/time.Millisecond)
-			if !all {
+			if !all || s.leader {
 				f.req.Acks = 1
 			}
 		}

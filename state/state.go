@@ -38,6 +38,8 @@ type Config struct {
 	Align int64
 	// DataLanes is atoffset.Config's (zero: atoffset.DefaultDataLanes).
 	DataLanes int
+	// LedgerLeaderAcks is atoffset.Config's.
+	LedgerLeaderAcks bool
 	// SnapshotEvery is atoffset.Config's (zero: 10000; negative: never).
 	SnapshotEvery int64
 	// ViewMemory bounds the source view's cached index pages, in bytes (view.New: zero, the
@@ -164,7 +166,7 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		cfg.Log.Info("mirror partition's ledger trimmed", zap.String("topic", topic), zap.Int32("partition", partition),
 			zap.Int64("below_ledger_offset", below), zap.Int64("destination_log_start", logStart))
 	}
-	st.Writer = atoffset.New(atoffset.Config{AfterSnapshot: trim, MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, DataLanes: cfg.DataLanes, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
+	st.Writer = atoffset.New(atoffset.Config{AfterSnapshot: trim, MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, DataLanes: cfg.DataLanes, LedgerLeaderAcks: cfg.LedgerLeaderAcks, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
 	return st, nil
 }

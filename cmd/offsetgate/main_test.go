@@ -55,6 +55,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"tls on gnet":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ntransport: gnet\ntls: {upstream: {enabled: true}}\n", "gnet carries plaintext only"},
 		"short lease":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nownership_lease: 100ms\n", `"ownership_lease"`},
 		"many lanes":    {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\ndata_lanes: 17\n", `"data_lanes": must be 0 (the default, 4) to 16`},
+		"ledger acks":   {"listen: 127.0.0.1:9092\nbootstrap: [a:1]\nledger_acks: one\n", `"ledger_acks": must be all (the default) or leader, not "one"`},
 	} {
 		code, _, errs := run("serve", "--config", write(tc.body))
 		if code != 2 || !strings.Contains(errs, tc.want) {

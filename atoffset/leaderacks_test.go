@@ -1,0 +1,228 @@
+package atoffset
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"offsetgate/batch"
+	"offsetgate/catalog"
+	"offsetgate/ledger"
+	"offsetgate/rawread"
+	"offsetgate/wire"
+)
+
+// With LedgerLeaderAcks, a fresh partition's first plan is appended with acks=all and the
+// later ones with acks=1, each write answered once its entries are replicated; a takeover
+// writes with a producer of its own (so D never takes a resend for a batch it holds), its first
+// plan with acks=all, and so does a write of more than maxUnreplicated batches. When an append
+// that the leader answered is lost (a fake answer: nothing was appended, and the replication
+// check then hears NOT_LEADER_OR_FOLLOWER, as after a leader change) while its data reached D,
+// the write is refused, and the partition, read again, finds D holding offsets beyond its
+// ledger: it halts, and nothing more is written.
+func TestLedgerLeaderAcksLostAppend(t *testing.T) {
+	c, cl, ctx, tid := kfakeTopic(t)
+	id := catalog.IDString(tid)
+	ledgerTopic := ledger.Topic(id)
+	dial := func(ctx context.Context, addr string) (*wire.Conn, error) {
+		return wire.Dial(ctx, addr, nil, nil, "atoffset-leaderacks-test")
+	}
+	var (
+		mu         sync.Mutex
+		acks       []int16 // of every ledger Produce, in order
+		fakeAt     = int64(-1)
+		faked      bool
+		failFetch  bool
+		refetch    int
+		replicated int // Replication fetches answered by the cluster
+	)
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		for _, rt := range req.Topics {
+			if rt.Topic != ledgerTopic {
+				continue
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			acks = append(acks, req.Acks)
+			if req.Acks != 1 || fakeAt < 0 || faked {
+				return nil, nil, false
+			}
+			// The leader's answer to an append it then loses: nothing is appended.
+			faked, failFetch = true, true
+			resp := req.ResponseKind().(*kmsg.ProduceResponse)
+			resp.Version = req.Version
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = rt.Partitions[0].Partition, fakeAt, -1, 0
+			st.Partitions = append(st.Partitions, sp)
+			resp.Topics = append(resp.Topics, st)
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.FetchRequest)
+		if req.MaxBytes != 1 || len(req.Topics) != 1 {
+			return nil, nil, false
+		}
+		rt := req.Topics[0] // the ledger's: only Fenced.Replication asks for one byte
+		mu.Lock()
+		defer mu.Unlock()
+		if !failFetch {
+			replicated++
+			return nil, nil, false
+		}
+		failFetch = false
+		refetch++
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.Version = req.Version
+		ft := kmsg.NewFetchResponseTopic()
+		ft.Topic, ft.TopicID = rt.Topic, rt.TopicID
+		fp := kmsg.NewFetchResponseTopicPartition()
+		fp.Partition, fp.ErrorCode, fp.HighWatermark = rt.Partitions[0].Partition, kerr.NotLeaderForPartition.Code, -1
+		ft.Partitions = append(ft.Partitions, fp)
+		resp.Topics = append(resp.Topics, ft)
+		return resp, nil, true
+	})
+
+	newWriter := func() *Writer {
+		w := New(Config{Instance: "a", LedgerLeaderAcks: true, Dial: dial}, cl, ledger.New(cl), zap.NewNop(), nil)
+		t.Cleanup(w.Close)
+		return w
+	}
+	mt := catalog.Topic{Name: kfakeTopicName, ID: tid}
+	b := map[int64][]byte{}
+	batchAt := func(at int64) []byte {
+		if b[at] == nil {
+			b[at] = sourceBatch(at, 3)
+		}
+		return b[at]
+	}
+	write := func(w *Writer, at int64, records []byte) Result {
+		t.Helper()
+		if records == nil {
+			records = batchAt(at)
+		}
+		return w.Write(ctx, mt, 0, records, at, false, nil)
+	}
+	mustWrite := func(w *Writer, at int64, records []byte) {
+		t.Helper()
+		if res := write(w, at, records); res.Code != 0 || res.BaseOffset != at {
+			t.Fatalf("write at %d: code %d %q at %d", at, res.Code, res.Msg, res.BaseOffset)
+		}
+	}
+	acksSince := func(from int) []int16 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int16(nil), acks[from:]...)
+	}
+	same := func(a, b []int16) bool { return slices.Equal(a, b) }
+	adm := kadm.NewClient(cl)
+	dEnd := func() int64 {
+		t.Helper()
+		ends, err := adm.ListEndOffsets(ctx, kfakeTopicName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := ends.Lookup(kfakeTopicName, 0)
+		return o.Offset
+	}
+
+	w := newWriter()
+	for at := int64(0); at < 9; at += 3 {
+		mustWrite(w, at, nil)
+	}
+	// The claim's owner entry and the fresh partition's first plan with acks=all; the next
+	// plans with acks=1, their replication confirmed.
+	if got := acksSince(0); !same(got, []int16{-1, -1, 1, 1}) {
+		t.Fatalf("ledger appends' acks %v, want [-1 -1 1 1]", got)
+	}
+	mu.Lock()
+	if replicated != 2 {
+		t.Fatalf("%d replication checks reached the cluster, want 2", replicated)
+	}
+	mu.Unlock()
+
+	// A takeover (the same instance, as after a restart) writes with a producer of its own,
+	// its first plan with acks=all.
+	w.Close()
+	w2 := newWriter()
+	n := len(acksSince(0))
+	mustWrite(w2, 9, nil)
+	if got := acksSince(n); !same(got, []int16{-1, -1}) {
+		t.Fatalf("a takeover's ledger appends went with acks %v, want [-1 -1] (owner entry, first plan)", got)
+	}
+	pids := map[int64]int64{} // D base offset to producer id
+	sets, _, err := rawread.New(cl, kfakeTopicName, 0).Fetch(ctx, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range sets {
+		h, err := batch.ReadHeader(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[h.BaseOffset] = h.ProducerID
+	}
+	if len(pids) != 4 || pids[6] == pids[9] || pids[0] != pids[6] {
+		t.Fatalf("producer ids of the destination's batches %v; want those at 0, 3, 6 the same and the takeover's own at 9", pids)
+	}
+	// A write of more batches than maxUnreplicated appends with acks=all.
+	var six []byte
+	for at := int64(12); at < 30; at += 3 {
+		six = append(six, batchAt(at)...)
+	}
+	n = len(acksSince(0))
+	mustWrite(w2, 12, six)
+	if got := acksSince(n); !same(got, []int16{-1}) {
+		t.Fatalf("the ledger append of a write of six batches went with acks %v, want [-1] (more than %d batches)", got, maxUnreplicated)
+	}
+	mustWrite(w2, 30, nil)
+
+	// The lost append.
+	ends, err := adm.ListEndOffsets(ctx, ledgerTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(ledgerTopic, 0)
+	mu.Lock()
+	fakeAt = end.Offset
+	mu.Unlock()
+	res := write(w2, 33, nil)
+	mu.Lock()
+	if !faked || refetch != 1 {
+		t.Fatalf("the lost append was not exercised (faked %v, failed checks %d)", faked, refetch)
+	}
+	mu.Unlock()
+	if res.Code != ErrRetriable {
+		t.Fatalf("a write whose ledger entries were lost: code %d %q at %d, want refused (retriable)", res.Code, res.Msg, res.BaseOffset)
+	}
+	if got := dEnd(); got != 36 {
+		t.Fatalf("the destination ends at %d after the lost append's write, want 36 (its data landed)", got)
+	}
+	// The resend: the partition is read again, and what D holds beyond the ledger halts it;
+	// nothing more is written, and the halt holds for the next writer too.
+	for i, w := range []*Writer{w2, newWriter()} {
+		if i == 1 {
+			w2.Close()
+		}
+		res := write(w, 33, nil)
+		if res.Code != ErrHalted || !strings.Contains(res.Msg, "beyond what the ledger accounts for") {
+			t.Fatalf("writer %d, the resend at 33: code %d %q at %d, want halted", i+1, res.Code, res.Msg, res.BaseOffset)
+		}
+	}
+	if got := dEnd(); got != 36 {
+		t.Fatalf("the destination ends at %d after the halt, want 36 (nothing written)", got)
+	}
+}
