@@ -517,14 +517,9 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if fresh && hwm > 0 {
 		// A mirror partition with no ledger entry is one offsetgate never wrote: anything D
 		// holds there came from elsewhere, and mirroring after it would not be exact.
-		reason := fmt.Sprintf("the destination holds %d offsets that no ledger entry accounts for (a write that did not come through offsetgate?)", hwm)
-		p.halted = reason
-		w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
-		_, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}})
-		if err != nil {
+		if err := w.haltLoaded(ctx, p, partition, fmt.Sprintf("the destination holds %d offsets that no ledger entry accounts for (a write that did not come through offsetgate?)", hwm)); err != nil {
 			return err
 		}
-		p.ledgerNext = after
 	}
 	p.pidDurable = !fresh
 	if !fresh && w.leaderAcks() && p.halted == "" {
@@ -536,14 +531,9 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		// such a batch, once replicated, puts the next write past the offset planned, which
 		// halts the partition too. Pending entries are resent with their recorded producer.
 		if hwm > p.st.DNext {
-			reason := fmt.Sprintf("the destination holds offsets %d-%d beyond what the ledger accounts for (a ledger append answered by its leader, ledger_acks: leader, lost with its data on the destination, or a write that did not come through offsetgate)", p.st.DNext, hwm-1)
-			p.halted = reason
-			w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
-			_, after, err := app.Append(ctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}})
-			if err != nil {
+			if err := w.haltLoaded(ctx, p, partition, fmt.Sprintf("the destination holds offsets %d-%d beyond what the ledger accounts for (a ledger append answered by its leader, ledger_acks: leader, lost with its data on the destination, or a write that did not come through offsetgate)", p.st.DNext, hwm-1)); err != nil {
 				return err
 			}
-			p.ledgerNext = after
 		} else {
 			pid, epoch, err := ahead.producer(ctx)
 			if err != nil {
@@ -568,6 +558,19 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	phases.log(w.log, p.topic, partition)
 	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
 		zap.Int64("snapshot_at", from), zap.Int("ledger_entries_read", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
+	return nil
+}
+
+// haltLoaded halts a partition being taken over (load, which has claimed it): the reason
+// goes to the ledger, so the halt survives restarts and other instances.
+func (w *Writer) haltLoaded(ctx context.Context, p *part, partition int32, reason string) error {
+	p.halted = reason
+	w.log.Error("mirror partition halted", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.String("reason", reason))
+	_, after, err := p.app.Append(ctx, []ledger.Entry{{Kind: ledger.KindHalt, Src: -1, Reason: reason}})
+	if err != nil {
+		return err
+	}
+	p.ledgerNext = after
 	return nil
 }
 

@@ -2,7 +2,6 @@ package mirror_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -34,26 +33,12 @@ func TestMirrorFollowLedgerLeaderAcks(t *testing.T) {
 		produceSource(ctx, t, s, topic, 60)
 		time.Sleep(200 * time.Millisecond)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for fmt.Sprint(count(ctx, t, s, topic)) != fmt.Sprint(count(ctx, t, e.pair.Dest, topic)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the following mirror did not catch up: source %v, destination %v", count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	caughtUp(ctx, t, e, topic, 60*time.Second)
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("stopping the following mirror: %v", err)
 	}
-	for p, se := range count(ctx, t, s, topic) {
-		want := readAll(ctx, t, s, topic, p, int(se[1]-se[0]))
-		got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]-se[0]))
-		for i := range want {
-			if want[i] != got[i] {
-				t.Fatalf("%s[%d] record %d differs", topic, p, i)
-			}
-		}
-	}
+	sameAsSource(ctx, t, e, topic)
 	leader, waited := leaderAcksMetrics(t, e)
 	if leader == 0 || waited == 0 {
 		t.Fatalf("%v ledger appends answered by the leader, %v writes waited for their entries' replication: want some of each", leader, waited)

@@ -179,6 +179,34 @@ func count(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string
 	return out
 }
 
+// caughtUp waits, up to within, until every partition of topic starts and ends on the
+// destination where it does on the source.
+func caughtUp(ctx context.Context, t testing.TB, e *env, topic string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for fmt.Sprint(count(ctx, t, e.pair.Source, topic)) != fmt.Sprint(count(ctx, t, e.pair.Dest, topic)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror did not catch up: source %v, destination %v", count(ctx, t, e.pair.Source, topic), count(ctx, t, e.pair.Dest, topic))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// sameAsSource fails unless every partition of topic holds the source's records on the
+// destination, record for record.
+func sameAsSource(ctx context.Context, t testing.TB, e *env, topic string) {
+	t.Helper()
+	for p, se := range count(ctx, t, e.pair.Source, topic) {
+		want := readAll(ctx, t, e.pair.Source, topic, p, int(se[1]-se[0]))
+		got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]-se[0]))
+		for i := range want {
+			if want[i] != got[i] {
+				t.Fatalf("%s[%d] record %d: destination %+v, source %+v", topic, p, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 func produceSource(ctx context.Context, t testing.TB, c *testkafka.Cluster, topic string, n int, opts ...kgo.Opt) {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic(topic),
@@ -390,20 +418,14 @@ func TestMirrorFollow(t *testing.T) {
 		produceSource(ctx, t, s, topic, 150)
 		time.Sleep(300 * time.Millisecond)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for fmt.Sprint(count(ctx, t, s, topic)) != fmt.Sprint(count(ctx, t, e.pair.Dest, topic)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the following mirror did not catch up: source %v, destination %v", count(ctx, t, s, topic), count(ctx, t, e.pair.Dest, topic))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	caughtUp(ctx, t, e, topic, 60*time.Second)
 	// Retention (here DeleteRecords) on the source moves the mirror's log start too.
 	sadm, _ := s.Admin()
 	defer sadm.Close()
 	if _, err := sadm.DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 100}}}); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for count(ctx, t, e.pair.Dest, topic)[0][0] != 100 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the destination's log start stayed at %d after the source's moved to 100", count(ctx, t, e.pair.Dest, topic)[0][0])
@@ -414,15 +436,7 @@ func TestMirrorFollow(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("stopping the following mirror: %v", err)
 	}
-	for p, se := range count(ctx, t, s, topic) {
-		want := readAll(ctx, t, s, topic, p, int(se[1]-se[0]))
-		got := readAll(ctx, t, e.pair.Dest, topic, p, int(se[1]-se[0]))
-		for i := range want {
-			if want[i] != got[i] {
-				t.Fatalf("%s[%d] record %d differs", topic, p, i)
-			}
-		}
-	}
+	sameAsSource(ctx, t, e, topic)
 }
 
 // Moving a consumer group: it stops on the source, the mirror copies its committed offsets,
