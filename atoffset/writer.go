@@ -902,8 +902,8 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 		p.ledgerNext = next
 		if leaderOnly {
 			replicated = w.awaitReplicated(ctx, p.app.Replication(next))
-		} else {
-			p.pidDurable = true
+		} else if len(plan.Writes) > 0 {
+			p.pidDurable = true // the plan's entries carry the producer, replicated
 		}
 		p.st.Apply(plan)
 		for _, e := range plan.Entries {
