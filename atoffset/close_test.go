@@ -19,10 +19,7 @@ import (
 // written, rather than opening a connection that nothing would close.
 func TestCloseWhileWriting(t *testing.T) {
 	_, cl, ctx, tid := kfakeTopic(t)
-	w := New(Config{Instance: "a", SnapshotEvery: 2,
-		Dial: func(ctx context.Context, addr string) (*wire.Conn, error) {
-			return wire.Dial(ctx, addr, nil, nil, "atoffset-close-test")
-		}}, cl, ledger.New(cl), zap.NewNop(), nil)
+	w := New(Config{Instance: "a", SnapshotEvery: 2, Dial: plainDial}, cl, ledger.New(cl), zap.NewNop(), nil)
 	mt := catalog.Topic{Name: kfakeTopicName, ID: tid}
 	var (
 		wg      sync.WaitGroup
@@ -102,4 +99,10 @@ func TestCloseWhileWriting(t *testing.T) {
 	if res := w2.Write(ctx, mt, 0, batchAt(from), from, false, nil); res.Code != 0 || res.BaseOffset != from {
 		t.Fatalf("the next writer from offset %d: code %d %q at %d", from, res.Code, res.Msg, res.BaseOffset)
 	}
+}
+
+// plainDial opens the writer's own connections to a kfake broker (no TLS, no SASL), for the
+// pipelined writes of Config.Dial.
+func plainDial(ctx context.Context, addr string) (*wire.Conn, error) {
+	return wire.Dial(ctx, addr, nil, nil, "atoffset-test")
 }

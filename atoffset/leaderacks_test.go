@@ -1,7 +1,6 @@
 package atoffset
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"offsetgate/catalog"
 	"offsetgate/ledger"
 	"offsetgate/rawread"
-	"offsetgate/wire"
 )
 
 // With LedgerLeaderAcks, a fresh partition's first plan is appended with acks=all and the
@@ -31,9 +29,6 @@ func TestLedgerLeaderAcksLostAppend(t *testing.T) {
 	c, cl, ctx, tid := kfakeTopic(t)
 	id := catalog.IDString(tid)
 	ledgerTopic := ledger.Topic(id)
-	dial := func(ctx context.Context, addr string) (*wire.Conn, error) {
-		return wire.Dial(ctx, addr, nil, nil, "atoffset-leaderacks-test")
-	}
 	var (
 		mu         sync.Mutex
 		acks       []int16 // of every ledger Produce, in order
@@ -97,7 +92,7 @@ func TestLedgerLeaderAcksLostAppend(t *testing.T) {
 	})
 
 	newWriter := func() *Writer {
-		w := New(Config{Instance: "a", LedgerLeaderAcks: true, Dial: dial}, cl, ledger.New(cl), zap.NewNop(), nil)
+		w := New(Config{Instance: "a", LedgerLeaderAcks: true, Dial: plainDial}, cl, ledger.New(cl), zap.NewNop(), nil)
 		t.Cleanup(w.Close)
 		return w
 	}
