@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"offsetgate/internal/ports"
 	"offsetgate/internal/testkafka"
 	"offsetgate/verify"
 )
@@ -280,14 +282,14 @@ func runMM2(ctx context.Context, cfg MM2Config, rep *MM2Report) error {
 		return fmt.Errorf("offsetgate: %w", err)
 	}
 	defer ogF.stop()
-	tools := []lagTool{{result: 0, topic: ogLag, stopped: ogF.stopped, log: filepath.Join(cfg.LogDir, "og-follow.log"), admin: ogSrv.serve.admin}}
+	tools := []lagTool{{result: 0, topic: ogLag, stopped: ogF.stopped, log: filepath.Join(cfg.LogDir, "og-follow.log"), metrics: []string{adminMetrics(ogSrv.serve.admin), ogF.metrics}}}
 	if baseSrv != nil {
 		baseF, err := baseSrv.follow(baseLag, "og-base-follow.log", logf)
 		if err != nil {
 			return fmt.Errorf("offsetgate baseline: %w", err)
 		}
 		defer baseF.stop()
-		tools = append(tools, lagTool{result: 1, topic: baseLag, stopped: baseF.stopped, log: filepath.Join(cfg.LogDir, "og-base-follow.log"), admin: baseSrv.serve.admin})
+		tools = append(tools, lagTool{result: 1, topic: baseLag, stopped: baseF.stopped, log: filepath.Join(cfg.LogDir, "og-base-follow.log"), metrics: []string{adminMetrics(baseSrv.serve.admin), baseF.metrics}})
 	}
 	tools = append(tools, lagTool{result: len(rep.Results) - 1, topic: mmLag, stopped: mmProc.stopped, log: filepath.Join(cfg.LogDir, "mm2.log")})
 	return lagRounds(ctx, cfg, rep, tools, logf)
@@ -367,7 +369,7 @@ type lagTool struct {
 	topic   string
 	stopped <-chan struct{} // closes if the mirror's process exits
 	log     string          // the mirror's log, for errors
-	admin   string          // offsetgate's admin endpoint (none for MirrorMaker 2)
+	metrics []string        // offsetgate's and its follower's /metrics URLs (none for MirrorMaker 2)
 	lat     []time.Duration // every round's
 	stages  map[string]histSample
 }
@@ -390,9 +392,16 @@ func lagRounds(ctx context.Context, cfg MM2Config, rep *MM2Report, tools []lagTo
 		trace = bw
 	}
 	for i := range tools {
-		if tools[i].admin != "" {
+		if len(tools[i].metrics) > 0 {
 			var err error
-			if tools[i].stages, err = readStages(tools[i].admin); err != nil {
+			// A follower that has just started may not listen yet.
+			for try := 0; try < 50; try++ {
+				if tools[i].stages, err = readStages(tools[i].metrics...); err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
 				return fmt.Errorf("%s: reading its metrics: %w", rep.Results[tools[i].result].Tool, err)
 			}
 		}
@@ -431,10 +440,10 @@ func lagRounds(ctx context.Context, cfg MM2Config, rep *MM2Report, tools []lagTo
 		r := &rep.Results[t.result]
 		lagStats(r, t.lat)
 		logf("%s lag at %.1f MB/s over %d rounds: p50 %.1f ms, p99 %.1f ms", r.Tool, cfg.LagRate/1e6, cfg.LagRounds, r.LagP50Ms, r.LagP99Ms)
-		if t.admin == "" {
+		if len(t.metrics) == 0 {
 			continue
 		}
-		after, err := readStages(t.admin)
+		after, err := readStages(t.metrics...)
 		if err != nil {
 			return fmt.Errorf("%s: reading its metrics: %w", r.Tool, err)
 		}
@@ -730,15 +739,21 @@ func (m *ogMirror) args(topic string, once bool) []string {
 type follower struct {
 	stopped <-chan struct{}
 	stop    func()
+	metrics string // its /metrics URL
 }
 
 // follow starts a mirror following topic through m, stopped with SIGINT as an operator would.
 func (m *ogMirror) follow(topic, logName string, logf func(string, ...any)) (*follower, error) {
-	cmd, stopped, err := startProc(m.cfg.OffsetgateBin, m.args(topic, false), filepath.Join(m.cfg.LogDir, logName))
+	port, err := ports.One()
 	if err != nil {
 		return nil, err
 	}
-	return &follower{stopped: stopped, stop: func() { stopProc(cmd, stopped, syscall.SIGINT, logf) }}, nil
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd, stopped, err := startProc(m.cfg.OffsetgateBin, append(m.args(topic, false), "--metrics", addr), filepath.Join(m.cfg.LogDir, logName))
+	if err != nil {
+		return nil, err
+	}
+	return &follower{stopped: stopped, stop: func() { stopProc(cmd, stopped, syscall.SIGINT, logf) }, metrics: adminMetrics(addr)}, nil
 }
 
 // runOffsetgateMirror starts `offsetgate serve` (TLS, the mirroring identity approved) and

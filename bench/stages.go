@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -21,6 +22,13 @@ var stageSeries = []struct{ name, metric, labels string }{
 	{"ledger_replication_wait", "offsetgate_mirror_ledger_replication_wait_seconds", ""},
 	{"data_request_acks_all", "offsetgate_mirror_produce_request_seconds", `acks="all",lane="data"`},
 	{"data_request_acks_1", "offsetgate_mirror_produce_request_seconds", `acks="1",lane="data"`},
+	// The follower's own (`offsetgate mirror --metrics`): a batch from its source timestamp to
+	// the fetch that brought it and to offsetgate's confirmation; a write from its chunk's fetch
+	// to its sending, and from there to its answer.
+	{"mirror_fetch_age", "offsetgate_mirror_client_fetch_age_seconds", ""},
+	{"mirror_queue", "offsetgate_mirror_client_queue_seconds", ""},
+	{"mirror_write", "offsetgate_mirror_client_write_seconds", ""},
+	{"mirror_lag", "offsetgate_mirror_client_lag_seconds", ""},
 }
 
 // Stage is one of those histograms over the lag rounds. The percentiles are the upper bounds
@@ -43,13 +51,22 @@ type histSample struct {
 	sum     float64
 }
 
-// readStages reads the stage histograms from an offsetgate admin endpoint.
-func readStages(admin string) (map[string]histSample, error) {
-	text, err := metricsText(adminMetrics(admin))
-	if err != nil {
-		return nil, err
+// readStages reads the stage histograms from /metrics URLs (offsetgate's admin endpoint, its
+// follower's), each stage from the one that has it.
+func readStages(urls ...string) (map[string]histSample, error) {
+	out := map[string]histSample{}
+	for _, u := range urls {
+		text, err := metricsText(u)
+		if err != nil {
+			return nil, err
+		}
+		h, err := parseStages(text)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, h)
 	}
-	return parseStages(text)
+	return out, nil
 }
 
 // parseStages picks the stage histograms out of an exposition text.

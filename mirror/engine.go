@@ -92,6 +92,9 @@ type chunk struct {
 	// from is the offset the fetch asked for: the source has no batch between it and the
 	// chunk's first (offsetgate marks what it mirrored there gone, on a compacted topic).
 	from int64
+	// fetched is when the fetch that began the chunk arrived, sent when it first went to
+	// offsetgate (the mirror's lag stages).
+	fetched, sent time.Time
 }
 
 func newEngine(cfg Config, src, px *kgo.Client, conns *connPool, tr *tracker) *engine {
@@ -837,11 +840,12 @@ func (e *engine) takeLocked(p *part, records []byte) {
 	p.max = e.cfg.MaxBytes
 	// A chunk waiting for its writer grows by whole batches, up to MaxBytes (the rest is
 	// fetched again); otherwise the answer is a new chunk.
+	now := time.Now()
 	c, growing := p.chunk, p.chunk != nil
 	if !growing {
-		c = &chunk{from: p.next}
+		c = &chunk{from: p.next, fetched: now}
 	}
-	added := 0
+	added, before := 0, len(c.hs)
 	for i, b := range sets {
 		h := hs[i]
 		if h.LastOffset() < p.next || (p.target >= 0 && h.BaseOffset >= p.target) {
@@ -860,6 +864,7 @@ func (e *engine) takeLocked(p *part, records []byte) {
 	if added == 0 {
 		return
 	}
+	e.tr.fetched(now, c.hs[before:])
 	p.next = c.hs[len(c.hs)-1].LastOffset() + 1
 	e.buffered += int64(added)
 	if growing {
@@ -918,6 +923,9 @@ func (e *engine) writer(ctx context.Context) {
 // retriable with the same batches).
 func (e *engine) writeChunk(ctx context.Context, p *part, c *chunk) error {
 	waited := false
+	if c.sent.IsZero() {
+		c.sent = time.Now()
+	}
 	err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from, func(why string) {
 		waited = true
 		p.st.state.Store(why)
@@ -942,6 +950,7 @@ func (e *engine) landedLocked(p *part, c *chunk, err error) {
 	if err != nil || p.finished {
 		return
 	}
+	e.tr.landed(time.Now(), c.fetched, c.sent, c.hs)
 	for _, h := range c.hs {
 		p.sum.Batches++
 		p.sum.Records += int64(h.RecordCount)
@@ -1021,6 +1030,9 @@ func (e *engine) stream(ctx context.Context, p *part, first *chunk) {
 			return false
 		}
 		req := atOffsetRequest(p.topic, p.num, c.data)
+		if c.sent.IsZero() {
+			c.sent = time.Now()
+		}
 		corr, err := conn.SendAtOffset(req, c.from)
 		if err != nil {
 			return false

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"offsetgate/batch"
 )
 
 // partStats is one partition's live numbers, written by its goroutine and read by the
@@ -34,7 +36,14 @@ type tracker struct {
 	start time.Time
 
 	records, bytes, offset, end, lag, stopped *prometheus.GaugeVec
+
+	// Where a following mirror's lag goes, by the batches' own timestamps (timeLag).
+	lagTime, fetchAge, queued, written prometheus.Histogram
 }
+
+// timeBuckets double from half a millisecond to about 70 minutes: a following mirror's
+// milliseconds and a first copy's hours of history fall in the same histogram.
+var timeBuckets = prometheus.ExponentialBuckets(0.0005, 2, 24)
 
 func newTracker(reg prometheus.Registerer) *tracker {
 	t := &tracker{start: time.Now()}
@@ -48,9 +57,19 @@ func newTracker(reg prometheus.Registerer) *tracker {
 	t.end = gauge("source_end_offset", "The source partition's high watermark at the last fetch.")
 	t.lag = gauge("lag_records", "Source offsets not mirrored yet.")
 	t.stopped = gauge("stopped", "1 when the partition stopped on an error (see the log).")
+	hist := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "offsetgate_mirror_client_" + name, Help: help, Buckets: timeBuckets})
+	}
+	t.lagTime = hist("lag_seconds", "Per batch: from its newest record's timestamp on the source to offsetgate's confirmation that the destination holds it (a producer's clock and linger show in it).")
+	t.fetchAge = hist("fetch_age_seconds", "Per batch: from its newest record's timestamp to its arrival in a fetch from the source.")
+	t.queued = hist("queue_seconds", "Per write: from the fetch that began its chunk to its sending to offsetgate (waiting for a writer or a free slot of the pipeline).")
+	t.written = hist("write_seconds", "Per write: from its sending to offsetgate's answer (retries included).")
 	if reg != nil {
 		for _, g := range []*prometheus.GaugeVec{t.records, t.bytes, t.offset, t.end, t.lag, t.stopped} {
 			_ = reg.Register(g)
+		}
+		for _, h := range []prometheus.Histogram{t.lagTime, t.fetchAge, t.queued, t.written} {
+			_ = reg.Register(h)
 		}
 	}
 	return t
@@ -65,6 +84,45 @@ func (t *tracker) add(topic string, partition int32) *partStats {
 	t.parts = append(t.parts, p)
 	t.mu.Unlock()
 	return p
+}
+
+// sinceStamp is the time from a batch's timestamp (milliseconds since the epoch) to now, false
+// for a batch without one. A timestamp ahead of this machine's clock counts as no time.
+func sinceStamp(now time.Time, ms int64) (float64, bool) {
+	if ms < 0 {
+		return 0, false
+	}
+	return max(now.Sub(time.UnixMilli(ms)).Seconds(), 0), true
+}
+
+// fetched observes the age of batches that arrived in a fetch.
+func (t *tracker) fetched(now time.Time, hs []batch.Header) {
+	if t == nil {
+		return
+	}
+	for _, h := range hs {
+		if s, ok := sinceStamp(now, h.MaxTimestamp); ok {
+			t.fetchAge.Observe(s)
+		}
+	}
+}
+
+// landed observes a write confirmed at now: its batches' lag, its time queued and on its way.
+func (t *tracker) landed(now, fetched, sent time.Time, hs []batch.Header) {
+	if t == nil {
+		return
+	}
+	for _, h := range hs {
+		if s, ok := sinceStamp(now, h.MaxTimestamp); ok {
+			t.lagTime.Observe(s)
+		}
+	}
+	if !sent.IsZero() {
+		if !fetched.IsZero() {
+			t.queued.Observe(max(sent.Sub(fetched).Seconds(), 0))
+		}
+		t.written.Observe(now.Sub(sent).Seconds())
+	}
 }
 
 // stoppedPrefix begins the state of a partition stopped on an error.

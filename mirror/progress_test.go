@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"offsetgate/batch"
 )
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
@@ -163,6 +165,54 @@ func TestTrackerStoppedGauge(t *testing.T) {
 		tr.update()
 		if v := gauge(t, reg, "offsetgate_mirror_client_stopped"); v != c.want {
 			t.Errorf("state %q: stopped gauge %v, want %v", c.state, v, c.want)
+		}
+	}
+}
+
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (count uint64, sum float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0, 0
+}
+
+// The lag stages: a batch's age at its fetch and at its confirmation by its newest record's
+// timestamp, a write's time queued and on its way; batches without a timestamp are left out and
+// a timestamp from the future counts as no time.
+func TestTrackerLagStages(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tr := newTracker(reg)
+	now := time.UnixMilli(1_000_000)
+	hs := []batch.Header{
+		{MaxTimestamp: now.Add(-300 * time.Millisecond).UnixMilli()},
+		{MaxTimestamp: -1},
+		{MaxTimestamp: now.Add(time.Second).UnixMilli()},
+	}
+	tr.fetched(now.Add(-200*time.Millisecond), hs)
+	tr.landed(now, now.Add(-200*time.Millisecond), now.Add(-150*time.Millisecond), hs)
+	tr.landed(now, time.Time{}, time.Time{}, nil) // never sent: no write observed
+	for _, c := range []struct {
+		name  string
+		count uint64
+		sum   float64
+	}{
+		{"offsetgate_mirror_client_fetch_age_seconds", 2, 0.1},
+		{"offsetgate_mirror_client_lag_seconds", 2, 0.3},
+		{"offsetgate_mirror_client_queue_seconds", 1, 0.05},
+		{"offsetgate_mirror_client_write_seconds", 1, 0.15},
+	} {
+		n, s := histogram(t, reg, c.name)
+		if n != c.count || s < c.sum-1e-9 || s > c.sum+1e-9 {
+			t.Errorf("%s: %d observations summing to %v, want %d and %v", c.name, n, s, c.count, c.sum)
 		}
 	}
 }

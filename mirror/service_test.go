@@ -88,6 +88,22 @@ func TestMirrorService(t *testing.T) {
 	if got["offsetgate_mirror_client_records"] != 400 || got["offsetgate_mirror_client_lag_records"] != 0 || got["offsetgate_mirror_client_mirrored_offset"] != 400 {
 		t.Fatalf("metrics after the run: %v", got)
 	}
+	// Every batch mirrored was fetched and confirmed once, each write queued and sent once.
+	var batches int
+	for _, ps := range sum.Partitions {
+		batches += ps.Batches
+	}
+	hist := map[string]uint64{}
+	for _, mf := range mfs {
+		if h := mf.GetMetric()[0].GetHistogram(); h != nil {
+			hist[mf.GetName()] = h.GetSampleCount()
+		}
+	}
+	if lagged := hist["offsetgate_mirror_client_lag_seconds"]; batches == 0 || lagged != uint64(batches) || hist["offsetgate_mirror_client_fetch_age_seconds"] < lagged ||
+		hist["offsetgate_mirror_client_write_seconds"] == 0 || hist["offsetgate_mirror_client_write_seconds"] != hist["offsetgate_mirror_client_queue_seconds"] ||
+		hist["offsetgate_mirror_client_write_seconds"] > lagged {
+		t.Fatalf("lag stages after %d batches: %v", batches, hist)
+	}
 	if !strings.Contains(progress.String(), a+"[0]") {
 		t.Fatalf("no progress line for %s[0]:\n%s", a, progress.String())
 	}
