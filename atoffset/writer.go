@@ -186,6 +186,15 @@ const (
 	MaxDataLanes     = 16
 )
 
+// ledgerResult is a ledger append's outcome from a sink: a closed sink (the writer is closing)
+// fails the append at once (ledger.ErrSenderClosed), other errors are tried again by the ledger.
+func ledgerResult(r sink.Result) (kmsg.ProduceResponseTopicPartition, error) {
+	if errors.Is(r.Err, sink.ErrClosed) {
+		return r.Answer, fmt.Errorf("%w: %w", ledger.ErrSenderClosed, r.Err)
+	}
+	return r.Answer, r.Err
+}
+
 // sink is the batch sender of a lane of the destination broker at addr, shared by the
 // partitions it leads: concurrent partitions' batches share its requests.
 func (w *Writer) sink(addr string, lane int) *sink.Sink {
@@ -473,12 +482,10 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	if w.cfg.Dial != nil {
 		// Appends of partitions written at the same time share requests, as their data does.
 		app.SendWith(func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
-			r := w.sink(addr, ledgerLane(id, partition)).Send(ctx, topic, id, partition, [][]byte{data})[0]
-			return r.Answer, r.Err
+			return ledgerResult(w.sink(addr, ledgerLane(id, partition)).Send(ctx, topic, id, partition, [][]byte{data})[0])
 		})
 		app.SendLeaderWith(func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
-			r := w.sink(addr, ledgerLeaderLane(id, partition)).Send(ctx, topic, id, partition, [][]byte{data})[0]
-			return r.Answer, r.Err
+			return ledgerResult(w.sink(addr, ledgerLeaderLane(id, partition)).Send(ctx, topic, id, partition, [][]byte{data})[0])
 		})
 	}
 	until := time.Now().Add(w.cfg.Lease)

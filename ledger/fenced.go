@@ -59,6 +59,10 @@ type Fenced struct {
 // for that partition.
 type Sender func(ctx context.Context, addr, topic string, id [16]byte, partition int32, data []byte) (kmsg.ProduceResponseTopicPartition, error)
 
+// ErrSenderClosed, wrapped in a Sender's error, says the sender is closed for good: an append
+// that meets it fails at once instead of being tried again.
+var ErrSenderClosed = errors.New("the ledger's sender is closed")
+
 // SendWith makes appends go through s (a sender that shares requests with other partitions'
 // writes) instead of a request of their own on the ledger's client.
 func (f *Fenced) SendWith(s Sender) { f.send = s }
@@ -255,6 +259,11 @@ func (f *Fenced) produce(ctx context.Context, data []byte, leaderOnly bool) (int
 			cancel()
 		} else {
 			pr, err = f.request(ctx, data, leaderOnly)
+		}
+		if errors.Is(err, ErrSenderClosed) {
+			// Shutting down: the sender will not come back, and another try would only delay
+			// the write's answer.
+			return 0, fmt.Errorf("ledger: appending to %s[%d]: %w", f.topic, f.partition, err)
 		}
 		if err != nil {
 			last = err

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -131,5 +132,53 @@ func TestFencedBatchInTopicCodec(t *testing.T) {
 	}
 	if len(raw) != 0 {
 		t.Fatalf("%d bytes after the last record", len(raw))
+	}
+}
+
+// A sender that fails is tried again (the append lands), one that says it is closed is not:
+// the append fails at once, saying so, and nothing is appended.
+func TestFencedSenderClosed(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := New(cl)
+	const id = "00112233445566778899aabbccddeeff"
+	if err := l.Ensure(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.Claim(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	f.SendWith(func(ctx context.Context, _, _ string, _ [16]byte, _ int32, data []byte) (kmsg.ProduceResponseTopicPartition, error) {
+		calls++
+		if calls == 1 {
+			return kmsg.ProduceResponseTopicPartition{}, errors.New("connection reset")
+		}
+		return f.request(ctx, data, false)
+	})
+	if base, next, err := f.Append(ctx, []Entry{{Kind: KindOwner, Src: -1, Owner: "a"}}); err != nil || base != 0 || next != 1 || calls != 2 {
+		t.Fatalf("after a failed send: [%d, %d) %v in %d sends, want [0, 1) in 2", base, next, err, calls)
+	}
+	calls = 0
+	f.SendWith(func(context.Context, string, string, [16]byte, int32, []byte) (kmsg.ProduceResponseTopicPartition, error) {
+		calls++
+		return kmsg.ProduceResponseTopicPartition{}, fmt.Errorf("%w: sink closed", ErrSenderClosed)
+	})
+	if _, _, err := f.Append(ctx, []Entry{{Kind: KindBatch, Src: 0, Last: 4, Count: 5}}); !errors.Is(err, ErrSenderClosed) || calls != 1 {
+		t.Fatalf("a closed sender: %v after %d sends, want ErrSenderClosed after 1", err, calls)
+	}
+	if es, end, err := l.ReadFrom(ctx, id, 0, 0); err != nil || len(es) != 1 || end != 1 {
+		t.Fatalf("the ledger holds %d entries (end %d, %v), want the owner entry alone", len(es), end, err)
 	}
 }

@@ -52,6 +52,10 @@ var ErrUnconfirmed = errors.New("appended by the leader, but no later batch of t
 // failed, or the sink closed.
 var ErrNotSent = errors.New("not sent: an earlier batch of the partition failed")
 
+// ErrClosed is the outcome of a batch that was never sent because the sink was closed: sending
+// it again through this sink cannot succeed.
+var ErrClosed = errors.New("not sent: the sink is closed")
+
 // Result is a batch's outcome: the broker's answer for its partition, or Err when there was
 // none (the connection failed, or the batch was not sent).
 type Result struct {
@@ -195,14 +199,14 @@ func LeaderAcks() Option { return func(s *Sink) { s.leader = true } }
 // includes the broker's work on the requests ahead of it on the connection).
 func OnAnswer(f func(acks int16, d time.Duration)) Option { return func(s *Sink) { s.took = f } }
 
-// Close stops the sink; batches waiting get ErrNotSent, those in flight the connection's error.
+// Close stops the sink; batches waiting get ErrClosed, those in flight the connection's error.
 func (s *Sink) Close() {
 	s.mu.Lock()
 	s.closed = true
 	jobs := s.jobs
 	s.jobs = nil
 	for _, j := range jobs {
-		s.dropLocked(j, ErrNotSent)
+		s.dropLocked(j, ErrClosed)
 	}
 	s.mu.Unlock()
 	s.cancel()
@@ -230,7 +234,7 @@ func (s *Sink) Enqueue(topic string, id [16]byte, partition int32, data [][]byte
 	j := &job{key: tp{id, topic, partition}, batches: data, results: make([]Result, len(data)), left: len(data), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
-		s.dropLocked(j, ErrNotSent)
+		s.dropLocked(j, ErrClosed)
 		s.mu.Unlock()
 		return &Queued{s: s, j: j}
 	}

@@ -167,8 +167,8 @@ func TestSinkClosed(t *testing.T) {
 	}
 	s.Close()
 	rs = s.Send(context.Background(), "t", [16]byte{}, 0, f.batches(1, 2))
-	if !errors.Is(rs[0].Err, ErrNotSent) {
-		t.Fatalf("after Close: %v, want ErrNotSent", rs[0].Err)
+	if !errors.Is(rs[0].Err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", rs[0].Err)
 	}
 }
 
