@@ -1,13 +1,16 @@
 package atoffset
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
@@ -219,5 +222,60 @@ func TestLedgerLeaderAcksLostAppend(t *testing.T) {
 	}
 	if got := dEnd(); got != 36 {
 		t.Fatalf("the destination ends at %d after the halt, want 36 (nothing written)", got)
+	}
+}
+
+// A replication check held by the ledger's leader (its follower behind) holds no ledger read
+// of the writer's client: the checks go on a client of their own (Config.ReplicationClient),
+// where a broker, answering a connection's requests in turn, would otherwise make a takeover's
+// or the source view's read wait for the follower.
+func TestLedgerReplicationCheckOwnClient(t *testing.T) {
+	c, cl, ctx, tid := kfakeTopic(t)
+	id := catalog.IDString(tid)
+	repl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repl.Close()
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req := r.(*kmsg.FetchRequest); req.MaxBytes == 1 { // only Fenced.Replication asks for one byte
+			once.Do(func() {
+				close(held)
+				c.SleepControl(func() { <-release })
+			})
+		}
+		return nil, nil, false
+	})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free()
+	w := New(Config{Instance: "a", LedgerLeaderAcks: true, ReplicationClient: repl, Dial: plainDial}, cl, ledger.New(cl), zap.NewNop(), nil)
+	defer w.Close()
+	mt := catalog.Topic{Name: kfakeTopicName, ID: tid}
+	if res := w.Write(ctx, mt, 0, sourceBatch(0, 3), 0, false, nil); res.Code != 0 {
+		t.Fatalf("the first write (acks=all, no check): code %d %q", res.Code, res.Msg)
+	}
+	second := make(chan Result, 1)
+	go func() { second <- w.Write(ctx, mt, 0, sourceBatch(3, 3), 3, false, nil) }()
+	select {
+	case <-held:
+	case res := <-second:
+		t.Fatalf("the second write was answered (code %d %q) without a replication check", res.Code, res.Msg)
+	case <-ctx.Done():
+		t.Fatal("no replication check came")
+	}
+	// The check is held: a read of the ledger on the writer's client still goes through.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	es, _, err := ledger.New(cl).ReadFrom(rctx, id, 0, 0)
+	if err != nil || len(es) == 0 {
+		t.Fatalf("reading the ledger while a replication check is held: %d entries, %v", len(es), err)
+	}
+	free()
+	if res := <-second; res.Code != 0 || res.BaseOffset != 3 {
+		t.Fatalf("the second write once its check was answered: code %d %q at %d", res.Code, res.Msg, res.BaseOffset)
 	}
 }

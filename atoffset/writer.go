@@ -94,6 +94,11 @@ type Config struct {
 	// earlier producer it holds unreplicated. A fresh partition's first plan, a takeover's
 	// first, and a write of more than maxUnreplicated batches append with acks=all. Needs Dial.
 	LedgerLeaderAcks bool
+	// ReplicationClient carries the checks of LedgerLeaderAcks (nil: the writer's client). A
+	// broker answers a connection's requests in turn, and a check is a Fetch the ledger's
+	// leader holds until its follower has the entries: on a client of its own it holds no
+	// ledger read (a takeover's, the source view's) queued behind it on the same connection.
+	ReplicationClient *kgo.Client
 	// DataLanes is how many connections to each destination broker carry data (0:
 	// DefaultDataLanes, at most MaxDataLanes), a partition always on the same one. Several
 	// lanes let the partitions' acks=all requests wait for their replication side by side
@@ -908,7 +913,7 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 		}
 		p.ledgerNext = next
 		if leaderOnly {
-			replicated = w.awaitReplicated(ctx, p.app.Replication(next))
+			replicated = w.awaitReplicated(ctx, p.app.Replication(w.cfg.ReplicationClient, next))
 		} else if len(plan.Writes) > 0 {
 			p.pidDurable = true // the plan's entries carry the producer, replicated
 		}

@@ -146,8 +146,11 @@ func (f *Fenced) append(ctx context.Context, es []Entry, leaderOnly bool) (base,
 // with a Fetch at next-1 that the leader holds until its high watermark passes that offset,
 // so it is answered the moment the entries are replicated, without polling. An error (a new
 // leader, the entries gone, ctx done): they are not known to be replicated.
-func (f *Fenced) Replication(next int64) func(ctx context.Context) error {
-	cl, topic, tid, partition, leader := f.l.cl, f.topic, f.tid, f.partition, f.leader
+func (f *Fenced) Replication(cl *kgo.Client, next int64) func(ctx context.Context) error {
+	if cl == nil {
+		cl = f.l.cl
+	}
+	topic, tid, partition, leader := f.topic, f.tid, f.partition, f.leader
 	return func(ctx context.Context) error {
 		for {
 			req := kmsg.NewPtrFetchRequest()

@@ -65,6 +65,7 @@ type State struct {
 	Writer  *atoffset.Writer
 
 	cl   *kgo.Client // offsetgate's writer client: acks=all, no linger
+	repl *kgo.Client // the checks of ledger replication (LedgerLeaderAcks), nil without
 	done chan struct{}
 }
 
@@ -100,6 +101,14 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ClientID("offsetgate-writer"))...)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.LedgerLeaderAcks {
+		// The writer's checks of ledger replication, on connections of their own
+		// (atoffset.Config.ReplicationClient).
+		if st.repl, err = kgo.NewClient(append(append([]kgo.Opt{}, cfg.ClientOpts...), kgo.ClientID("offsetgate-replication"))...); err != nil {
+			st.cl.Close()
+			return nil, err
+		}
 	}
 	st.Ledger = ledger.New(st.cl)
 	st.View = view.New(run, st.Ledger, st.cl, cfg.Log.Named("view"), cfg.ViewMemory)
@@ -166,7 +175,7 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 		cfg.Log.Info("mirror partition's ledger trimmed", zap.String("topic", topic), zap.Int32("partition", partition),
 			zap.Int64("below_ledger_offset", below), zap.Int64("destination_log_start", logStart))
 	}
-	st.Writer = atoffset.New(atoffset.Config{AfterSnapshot: trim, MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, DataLanes: cfg.DataLanes, LedgerLeaderAcks: cfg.LedgerLeaderAcks, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
+	st.Writer = atoffset.New(atoffset.Config{AfterSnapshot: trim, MaxFill: cfg.MaxFill, Align: cfg.Align, SnapshotEvery: cfg.SnapshotEvery, DataLanes: cfg.DataLanes, LedgerLeaderAcks: cfg.LedgerLeaderAcks, ReplicationClient: st.repl, Lease: cfg.Lease, Instance: cfg.Instance, Dial: cfg.Dial, BeforeAppend: cfg.BeforeAppend, OnEntries: st.View.Record, Find: find, Between: between},
 		st.cl, st.Ledger, cfg.Log.Named("atoffset"), atoffset.NewMetrics(cfg.Metrics))
 	return st, nil
 }
@@ -179,4 +188,7 @@ func (st *State) Close() {
 	st.Writer.Close()
 	st.View.Wait()
 	st.cl.Close()
+	if st.repl != nil {
+		st.repl.Close()
+	}
 }
