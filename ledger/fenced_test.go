@@ -10,34 +10,18 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
+	"offsetgate/internal/kfaketest"
 )
 
 // A claim fences the previous holder: its appends are refused by the broker itself, the new
 // holder's land right after what was there, and everything reads back in order.
 func TestFencedClaim(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l := New(cl)
-	const id = "00112233445566778899aabbccddeeff"
-	if err := l.Ensure(ctx, id, 2); err != nil {
-		t.Fatal(err)
-	}
-	a, err := l.Claim(ctx, id, 1)
+	ctx, l := kfakeLedger(t, 2)
+	a, err := l.Claim(ctx, testID, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +32,7 @@ func TestFencedClaim(t *testing.T) {
 	if base, next, err = a.Append(ctx, []Entry{{Kind: KindBatch, Src: 0, Last: 4, Count: 5}}); err != nil || base != 2 || next != 3 {
 		t.Fatalf("A's second append: [%d, %d) %v", base, next, err)
 	}
-	b, err := l.Claim(ctx, id, 1)
+	b, err := l.Claim(ctx, testID, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +45,7 @@ func TestFencedClaim(t *testing.T) {
 	if base, _, err = b.Append(ctx, []Entry{{Kind: KindBatch, Src: 5, Last: 9, D: 5, Count: 5}}); err != nil || base != 4 {
 		t.Fatalf("B: at %d, %v", base, err)
 	}
-	es, end, err := l.ReadFrom(ctx, id, 1, 0)
+	es, end, err := l.ReadFrom(ctx, testID, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +59,7 @@ func TestFencedClaim(t *testing.T) {
 		t.Fatalf("ledger holds %d entries (end %d): %+v", len(es), end, es)
 	}
 	// The other partition is untouched.
-	if es, _, err := l.ReadFrom(ctx, id, 0, 0); err != nil || len(es) != 0 {
+	if es, _, err := l.ReadFrom(ctx, testID, 0, 0); err != nil || len(es) != 0 {
 		t.Fatalf("partition 0: %v %v", es, err)
 	}
 }
@@ -138,24 +122,8 @@ func TestFencedBatchInTopicCodec(t *testing.T) {
 // A sender that fails is tried again (the append lands), one that says it is closed is not:
 // the append fails at once, saying so, and nothing is appended.
 func TestFencedSenderClosed(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l := New(cl)
-	const id = "00112233445566778899aabbccddeeff"
-	if err := l.Ensure(ctx, id, 1); err != nil {
-		t.Fatal(err)
-	}
-	f, err := l.Claim(ctx, id, 0)
+	ctx, l := kfakeLedger(t, 1)
+	f, err := l.Claim(ctx, testID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +146,24 @@ func TestFencedSenderClosed(t *testing.T) {
 	if _, _, err := f.Append(ctx, []Entry{{Kind: KindBatch, Src: 0, Last: 4, Count: 5}}); !errors.Is(err, ErrSenderClosed) || calls != 1 {
 		t.Fatalf("a closed sender: %v after %d sends, want ErrSenderClosed after 1", err, calls)
 	}
-	if es, end, err := l.ReadFrom(ctx, id, 0, 0); err != nil || len(es) != 1 || end != 1 {
+	if es, end, err := l.ReadFrom(ctx, testID, 0, 0); err != nil || len(es) != 1 || end != 1 {
 		t.Fatalf("the ledger holds %d entries (end %d, %v), want the owner entry alone", len(es), end, err)
 	}
+}
+
+// testID is the mirror topic id of the ledgers of kfakeLedger.
+const testID = "00112233445566778899aabbccddeeff"
+
+// kfakeLedger is a ledger of testID with the given partitions on a one-broker kfake cluster,
+// closed when the test ends.
+func kfakeLedger(t *testing.T, partitions int32) (context.Context, *Ledger) {
+	t.Helper()
+	_, cl := kfaketest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	l := New(cl)
+	if err := l.Ensure(ctx, testID, partitions); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, l
 }

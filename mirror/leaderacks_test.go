@@ -122,6 +122,7 @@ func writtenPartitions(t *testing.T, e *env) int {
 	return len(seen)
 }
 
+// forMetrics calls fn with every sample of an instance's metrics.
 func forMetrics(t *testing.T, e *env, fn func(name string, m *dto.Metric)) {
 	t.Helper()
 	mfs, err := e.srv.Registry().Gather()
@@ -139,19 +140,13 @@ func forMetrics(t *testing.T, e *env, fn func(name string, m *dto.Metric)) {
 // writes that waited for their entries' replication.
 func leaderAcksMetrics(t *testing.T, e *env) (appends, waits float64) {
 	t.Helper()
-	mfs, err := e.srv.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case "offsetgate_mirror_ledger_leader_appends_total":
-				appends += m.GetCounter().GetValue()
-			case "offsetgate_mirror_ledger_replication_wait_seconds":
-				waits += float64(m.GetHistogram().GetSampleCount())
-			}
+	forMetrics(t, e, func(name string, m *dto.Metric) {
+		switch name {
+		case "offsetgate_mirror_ledger_leader_appends_total":
+			appends += m.GetCounter().GetValue()
+		case "offsetgate_mirror_ledger_replication_wait_seconds":
+			waits += float64(m.GetHistogram().GetSampleCount())
 		}
-	}
+	})
 	return appends, waits
 }

@@ -8,11 +8,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"offsetgate/batch"
 )
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	return family(t, reg, name).GetMetric()[0].GetGauge().GetValue()
+}
+
+// family is the metric family name of reg; the test fails without it.
+func family(t *testing.T, reg *prometheus.Registry, name string) *dto.MetricFamily {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -20,11 +27,11 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
+			return mf
 		}
 	}
 	t.Fatalf("no metric %s", name)
-	return 0
+	return nil
 }
 
 type syncBuf struct {
@@ -171,18 +178,8 @@ func TestTrackerStoppedGauge(t *testing.T) {
 
 func histogram(t *testing.T, reg *prometheus.Registry, name string) (count uint64, sum float64) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleCount(), h.GetSampleSum()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0, 0
+	h := family(t, reg, name).GetMetric()[0].GetHistogram()
+	return h.GetSampleCount(), h.GetSampleSum()
 }
 
 // The lag stages: a batch's age at its fetch and at its confirmation by its newest record's

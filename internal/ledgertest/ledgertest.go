@@ -12,23 +12,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"offsetgate/internal/kfaketest"
 	"offsetgate/ledger"
 )
 
 // Cluster starts a one-broker kfake cluster and a client of it, both closed when the test ends.
 func Cluster(t testing.TB) (*kfake.Cluster, *kgo.Client) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return c, cl
+	return kfaketest.Cluster(t)
 }
 
 // TrimmedBehindSnapshot writes partition 0 of the ledger of topic id as an earlier instance
