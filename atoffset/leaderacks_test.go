@@ -2,6 +2,7 @@ package atoffset
 
 import (
 	"context"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,8 @@ import (
 // that the leader answered is lost (a fake answer: nothing was appended, and the replication
 // check then hears NOT_LEADER_OR_FOLLOWER, as after a leader change) while its data reached D,
 // the write is refused, and the partition, read again, finds D holding offsets beyond its
-// ledger: it halts, and nothing more is written.
+// ledger: the mirror's resend, identical to what D holds, is recorded as D holds it and not
+// written twice; a resend that differs halts the partition, and nothing more is written.
 func TestLedgerLeaderAcksLostAppend(t *testing.T) {
 	c, cl, ctx, tid := kfakeTopic(t)
 	id := catalog.IDString(tid)
@@ -189,39 +191,79 @@ func TestLedgerLeaderAcksLostAppend(t *testing.T) {
 	mustWrite(w2, 30, nil)
 
 	// The lost append.
-	ends, err := adm.ListEndOffsets(ctx, ledgerTopic)
+	loseNext := func(at int64) {
+		t.Helper()
+		ends, err := adm.ListEndOffsets(ctx, ledgerTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := ends.Lookup(ledgerTopic, 0)
+		mu.Lock()
+		fakeAt, faked, refetch = end.Offset, false, 0
+		mu.Unlock()
+		res := write(w2, at, nil)
+		mu.Lock()
+		if !faked || refetch != 1 {
+			t.Fatalf("the lost append was not exercised (faked %v, failed checks %d)", faked, refetch)
+		}
+		mu.Unlock()
+		if res.Code != ErrRetriable {
+			t.Fatalf("a write whose ledger entries were lost: code %d %q at %d, want refused (retriable)", res.Code, res.Msg, res.BaseOffset)
+		}
+		if got := dEnd(); got != at+3 {
+			t.Fatalf("the destination ends at %d after the lost append's write, want %d (its data landed)", got, at+3)
+		}
+	}
+	loseNext(33)
+	// The resend: the partition is read again and finds D holding offsets beyond its ledger;
+	// the resent batch is the one D holds, so it is recorded as D holds it (its producer),
+	// not written again, and the mirror goes on.
+	mustWrite(w2, 33, nil)
+	if got := dEnd(); got != 36 {
+		t.Fatalf("the destination ends at %d after the resend, want 36 (the batch adopted, not written twice)", got)
+	}
+	es, _, err := ledger.New(cl).ReadFrom(ctx, id, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, _ := ends.Lookup(ledgerTopic, 0)
-	mu.Lock()
-	fakeAt = end.Offset
-	mu.Unlock()
-	res := write(w2, 33, nil)
-	mu.Lock()
-	if !faked || refetch != 1 {
-		t.Fatalf("the lost append was not exercised (faked %v, failed checks %d)", faked, refetch)
+	onD := map[int64]int64{}
+	sets, _, err = rawread.New(cl, kfakeTopicName, 0).Fetch(ctx, 33, 1<<20)
+	if err != nil {
+		t.Fatal(err)
 	}
-	mu.Unlock()
-	if res.Code != ErrRetriable {
-		t.Fatalf("a write whose ledger entries were lost: code %d %q at %d, want refused (retriable)", res.Code, res.Msg, res.BaseOffset)
+	for _, set := range sets {
+		h, _ := batch.ReadHeader(set)
+		onD[h.BaseOffset] = h.ProducerID
 	}
-	if got := dEnd(); got != 36 {
-		t.Fatalf("the destination ends at %d after the lost append's write, want 36 (its data landed)", got)
+	var adopted []ledger.Entry
+	for _, e := range es {
+		if e.Kind == ledger.KindBatch && e.Src == 33 {
+			adopted = append(adopted, e)
+		}
 	}
-	// The resend: the partition is read again, and what D holds beyond the ledger halts it;
-	// nothing more is written, and the halt holds for the next writer too.
+	if len(adopted) != 1 || adopted[0].D != 33 || adopted[0].PID != onD[33] {
+		t.Fatalf("the ledger's entries for source offset 33: %+v; want one, at 33, with the producer of D's batch (%d)", adopted, onD[33])
+	}
+	mustWrite(w2, 36, nil)
+
+	// Lost again, and this time the resend differs from what D holds (another batch at the
+	// same offsets): the partition halts; nothing more is written, and the halt holds for the
+	// next writer too.
+	loseNext(39)
+	other := sourceBatch(39, 3)
+	other[len(other)-1] ^= 1 // another value in its last record
+	binary.BigEndian.PutUint32(other[17:], batch.CRC(other))
 	for i, w := range []*Writer{w2, newWriter()} {
 		if i == 1 {
 			w2.Close()
 		}
-		res := write(w, 33, nil)
-		if res.Code != ErrHalted || !strings.Contains(res.Msg, "beyond what the ledger accounts for") {
-			t.Fatalf("writer %d, the resend at 33: code %d %q at %d, want halted", i+1, res.Code, res.Msg, res.BaseOffset)
+		res := write(w, 39, other)
+		if res.Code != ErrHalted || !strings.Contains(res.Msg, "beyond what the ledger accounts for") || !strings.Contains(res.Msg, "is not the mirror's batch") {
+			t.Fatalf("writer %d, a different resend at 39: code %d %q at %d, want halted", i+1, res.Code, res.Msg, res.BaseOffset)
 		}
 	}
-	if got := dEnd(); got != 36 {
-		t.Fatalf("the destination ends at %d after the halt, want 36 (nothing written)", got)
+	if got := dEnd(); got != 42 {
+		t.Fatalf("the destination ends at %d after the halt, want 42 (nothing written)", got)
 	}
 }
 

@@ -32,6 +32,9 @@ type metrics struct {
 	// a write's data waited for its ledger entries' replication once D had answered them.
 	leaderAppends prometheus.Counter
 	replWait      prometheus.Observer
+	// Batches D held beyond a partition's ledger, found identical to the mirror's resend and
+	// recorded rather than halting the partition.
+	adopted prometheus.Counter
 }
 
 // NewMetrics registers the produce-at-offset metrics.
@@ -75,7 +78,9 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 		Help:    "Time a mirror write waited, once the destination had answered its data, for its ledger entries' replication (ledger_acks: leader).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	m.replWait = replWait
-	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends, landWait, m.leaderAppends, replWait)
+	m.adopted = prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_mirror_adopted_batches_total",
+		Help: "Batches the destination held beyond a mirror partition's ledger at a takeover (ledger_acks: leader, an append lost with its data on the destination), found identical to the mirror's resend and recorded instead of halting the partition."})
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends, landWait, m.leaderAppends, replWait, m.adopted)
 	return m
 }
 

@@ -370,6 +370,11 @@ type part struct {
 	// (Config.LedgerLeaderAcks).
 	pidDurable bool
 	unrepl     int
+	// adoptTo, above st.DNext, is D's high watermark at a takeover that found D holding offsets
+	// the ledger does not account for (Config.LedgerLeaderAcks: an append the ledger's leader
+	// answered, lost with its data on D): the mirror's resend of them is compared with what D
+	// holds and recorded, not written again (adopt).
+	adoptTo int64
 }
 
 // unload forgets what this process holds of the partition: the next write reads the ledger
@@ -382,6 +387,7 @@ func (p *part) unload() {
 	p.gen++
 	p.flying = nil
 	p.unrepl = 0
+	p.adoptTo = 0
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -536,24 +542,25 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	p.pidDurable = !fresh
 	if !fresh && w.leaderAcks() && p.halted == "" {
 		// An append the ledger's leader answered may have been lost with its data on D
-		// (Config.LedgerLeaderAcks). What D holds beyond the ledger is not planned on (nor
-		// overwritten): the partition halts. And a producer of this takeover's own writes from
-		// here, so that D cannot take a resend for a batch of the earlier producer it holds
-		// beyond its high watermark (D recognises a resend by its sequence, not its content):
-		// such a batch, once replicated, puts the next write past the offset planned, which
-		// halts the partition too. Pending entries are resent with their recorded producer.
+		// (Config.LedgerLeaderAcks). What D holds beyond the ledger is never planned on nor
+		// written over: the mirror's resend of those offsets is compared with D's batches and
+		// recorded as D holds them if identical, and halts the partition if not (adopt). And a
+		// producer of this takeover's own writes from here, so that D cannot take a resend for
+		// a batch of the earlier producer it holds beyond its high watermark (D recognises a
+		// resend by its sequence, not its content): such a batch, once replicated, puts the
+		// next write past the offset planned, which halts the partition too. Pending entries
+		// are resent with their recorded producer.
 		if hwm > p.st.DNext {
-			if err := w.haltLoaded(ctx, p, partition, fmt.Sprintf("the destination holds offsets %d-%d beyond what the ledger accounts for (a ledger append answered by its leader, ledger_acks: leader, lost with its data on the destination, or a write that did not come through offsetgate)", p.st.DNext, hwm-1)); err != nil {
-				return err
-			}
-		} else {
-			pid, epoch, err := ahead.producer(ctx)
-			if err != nil {
-				return err
-			}
-			p.st.PID, p.st.PEpoch, p.st.Seq = pid, epoch, 0
-			p.pidDurable = false // its first plan appends with acks=all
+			p.adoptTo = hwm
+			w.log.Warn("the destination holds offsets beyond the mirror partition's ledger (a ledger append answered by its leader was lost); the mirror's resend of them is compared with them",
+				zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int64("from", p.st.DNext), zap.Int64("to", hwm))
 		}
+		pid, epoch, err := ahead.producer(ctx)
+		if err != nil {
+			return err
+		}
+		p.st.PID, p.st.PEpoch, p.st.Seq = pid, epoch, 0
+		p.pidDurable = false // its first plan appends with acks=all
 	}
 	if fresh {
 		// A fresh mirror partition: D's end is where the first segment starts.
@@ -571,6 +578,130 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
 		zap.Int64("snapshot_at", from), zap.Int("ledger_entries_read", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
 	return nil
+}
+
+// adopt records what D holds beyond the ledger (p.adoptTo) as the plan's leading writes, when
+// they are the same batches: each of D's batches there must be the plan's write at its offset,
+// byte for byte but for the producer fields (batch.SameContent). Those writes' entries are
+// appended with D's producer fields and nothing is written; ok then says the request is to be
+// planned again. A write that straddles what D holds, or differs from it, halts the partition:
+// D holds records the mirror cannot account for. Otherwise (ok false) res answers the request.
+// looked gives the first lookup error of the planner's callbacks (a plan made on a failed
+// lookup is never carried out).
+func (w *Writer) adopt(ctx context.Context, p *part, partition int32, sets [][]byte, hs []batch.Header, o Options, plan Plan, looked func() error) (res Result, ok bool) {
+	halt := func(why string) (Result, bool) {
+		reason := fmt.Sprintf("the destination holds offsets %d-%d beyond what the ledger accounts for (a ledger append answered by its leader, ledger_acks: leader, lost with its data on the destination, or a write that did not come through offsetgate), and %s",
+			p.st.DNext, p.adoptTo-1, why)
+		if err := w.haltLoaded(ctx, p, partition, reason); err != nil {
+			p.unload()
+			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}, false
+		}
+		return Result{Code: ErrHalted, Msg: "offsetgate: mirror partition halted: " + reason + " (docs/operations.md)"}, false
+	}
+	// The source batches whose writes all fall below adoptTo.
+	j := 0
+	for _, wr := range plan.Writes {
+		end := wr.Entry.D + int64(wr.Entry.Count)
+		if wr.Entry.D >= p.adoptTo {
+			break
+		}
+		if end > p.adoptTo || wr.Retry {
+			return halt(fmt.Sprintf("the mirror's batch at source offset %d (destination %d-%d) does not end where it does", wr.Entry.Src, wr.Entry.D, end-1))
+		}
+		if wr.Entry.Kind == ledger.KindFiller {
+			continue // held before the batch it precedes, adopted with it
+		}
+		for j < len(hs) && hs[j].BaseOffset <= wr.Entry.Src {
+			j++
+		}
+	}
+	if j == 0 {
+		return halt(fmt.Sprintf("the mirror's request at source offset %d starts no batch there", hs[0].BaseOffset))
+	}
+	sub := p.st.Plan(sets[:j], hs[:j], o)
+	if err := looked(); err != nil {
+		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + err.Error()}, false
+	}
+	if sub.Refusal.Code != 0 {
+		return sub.Refusal, false
+	}
+	if len(sub.Writes) == 0 {
+		return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the destination holds offsets %d-%d beyond the ledger, and the request at source offset %d plans no write there; resend from the mirrored end %d",
+			p.st.DNext, p.adoptTo-1, hs[0].BaseOffset, p.st.MirroredEnd())}, false
+	}
+	last := sub.Writes[len(sub.Writes)-1].Entry
+	held := map[int64][]byte{}
+	rd := rawread.New(w.cl, p.topic, partition)
+	for at := p.st.DNext; at < last.D+int64(last.Count); {
+		got, _, err := rd.Fetch(ctx, at, 1<<20)
+		if err != nil {
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: reading the destination at %d to compare with the mirror's resend: %v", at, err)}, false
+		}
+		moved := false
+		for _, b := range got {
+			h, err := batch.ReadHeader(b)
+			if err != nil {
+				return halt(fmt.Sprintf("its batch there cannot be read: %v", err))
+			}
+			held[h.BaseOffset] = b
+			if h.LastOffset()+1 > at {
+				at, moved = h.LastOffset()+1, true
+			}
+		}
+		if !moved {
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the destination returned nothing at %d, below its high watermark %d; retry", at, p.adoptTo)}, false
+		}
+	}
+	type producer struct {
+		id    int64
+		epoch int16
+		seq   int32
+	}
+	onD := map[int64]producer{} // by D offset
+	for _, wr := range sub.Writes {
+		b := held[wr.Entry.D]
+		if wr.Entry.D+int64(wr.Entry.Count) > p.adoptTo || b == nil || !batch.SameContent(wr.Data, b) {
+			return halt(fmt.Sprintf("its batch at %d is not the mirror's batch at source offset %d", wr.Entry.D, wr.Entry.Src))
+		}
+		h, _ := batch.ReadHeader(b)
+		onD[wr.Entry.D] = producer{h.ProducerID, h.ProducerEpoch, h.BaseSequence}
+	}
+	// The entries record D's batches as they are; this takeover's producer wrote none of them.
+	sub.seq = p.st.Seq
+	entries := append([]ledger.Entry(nil), sub.Entries...)
+	for i, e := range entries {
+		if pr, found := onD[e.D]; found && e.Data() {
+			entries[i].PID, entries[i].PEpoch, entries[i].Seq = pr.id, pr.epoch, pr.seq
+		}
+	}
+	sub.Entries = entries
+	lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+	base, next, err := p.app.Append(lctx, entries)
+	cancel()
+	if err != nil {
+		p.unload()
+		return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}, false
+	}
+	if base != p.ledgerNext {
+		p.unload()
+		return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}, false
+	}
+	p.ledgerNext = next
+	p.st.Apply(sub)
+	p.st.ConfirmHeld(p.adoptTo)
+	for _, e := range entries {
+		p.counts.add(e)
+	}
+	if w.cfg.OnEntries != nil {
+		w.cfg.OnEntries(p.tid, partition, base, entries)
+	}
+	w.m.adopted.Add(float64(len(sub.Writes)))
+	w.log.Info("batches the destination held beyond the ledger adopted: identical to the mirror's resend", zap.String("topic", p.topic),
+		zap.Int32("partition", partition), zap.Int64("from", sub.Writes[0].Entry.D), zap.Int64("to", p.st.DNext), zap.Int64("held_to", p.adoptTo))
+	if p.st.DNext >= p.adoptTo {
+		p.adoptTo = 0
+	}
+	return Result{}, true
 }
 
 // haltLoaded halts a partition being taken over (load, which has claimed it): the reason
@@ -857,6 +988,19 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 	}
 	if plan.Refusal.Code != 0 {
 		return plan.Refusal, nil
+	}
+	if p.adoptTo > p.st.DNext && len(plan.Writes) > 0 {
+		if res, ok := w.adopt(ctx, p, partition, sets, hs, o, plan, func() error { return lookErr }); !ok {
+			return res, nil
+		}
+		// What D held is recorded: the request is planned again on it (the adopted batches
+		// are then acknowledged as mirrored, the rest written).
+		if plan = p.st.Plan(sets, hs, o); lookErr != nil {
+			return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + lookErr.Error()}, nil
+		}
+		if plan.Refusal.Code != 0 {
+			return plan.Refusal, nil
+		}
 	}
 	entries := plan.Entries
 	// Ownership: claim or renew before writing.

@@ -114,6 +114,18 @@ func Valid(b []byte) bool {
 	return len(b) >= HeaderLen && binary.BigEndian.Uint32(b[17:]) == CRC(b)
 }
 
+// SameContent reports whether two batches are the same but for what a writer or a broker puts
+// on a batch (base offset, partition leader epoch, producer id, epoch and sequence, and the CRC
+// over them): the same length, magic, attributes, offsets, timestamps and records. A batch
+// offsetgate planned is compared so with one the destination holds.
+func SameContent(a, b []byte) bool {
+	if len(a) != len(b) || len(a) < HeaderLen || !Valid(a) || !Valid(b) {
+		return false
+	}
+	return string(a[8:12]) == string(b[8:12]) && a[16] == b[16] &&
+		string(a[21:43]) == string(b[21:43]) && string(a[57:]) == string(b[57:])
+}
+
 // Producer fields a writer puts on a batch.
 type Producer struct {
 	ID       int64

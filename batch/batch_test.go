@@ -229,3 +229,45 @@ func records(t *testing.T, b []byte) []kmsg.Record {
 	}
 	return out
 }
+
+// Two writes of the same source batch by different producers, as a broker stores them (its
+// own base offset and leader epoch), have the same content; a different timestamp, record or
+// attribute, a broken CRC or another length does not.
+func TestSameContent(t *testing.T) {
+	rec := kmsg.Record{Key: []byte("k"), Value: []byte("v"), OffsetDelta: 0}
+	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+	build := func(ts int64, value string, attrs int16) []byte {
+		r := rec
+		r.Value = []byte(value)
+		b := kmsg.RecordBatch{FirstOffset: 10, Magic: 2, Attributes: attrs, FirstTimestamp: ts, MaxTimestamp: ts,
+			ProducerID: 1, ProducerEpoch: 0, FirstSequence: 0, NumRecords: 1, Records: r.AppendTo(nil)}
+		out := b.AppendTo(nil)
+		putLenCRC(out)
+		return out
+	}
+	src := build(5, "v", 0)
+	stored := func(b []byte, offset int64, leaderEpoch int32) []byte {
+		out := append([]byte(nil), b...)
+		binary.BigEndian.PutUint64(out[0:], uint64(offset))
+		binary.BigEndian.PutUint32(out[12:], uint32(leaderEpoch))
+		return out
+	}
+	a := stored(ForDestination(src, Producer{ID: 7, Epoch: 1, Sequence: 30}), 500, 3)
+	b := stored(ForDestination(src, Producer{ID: 8, Epoch: 0, Sequence: 0}), 500, 4)
+	if !SameContent(a, b) {
+		t.Fatal("the same batch from two producers differs")
+	}
+	broken := append([]byte(nil), a...)
+	broken[len(broken)-1] ^= 1
+	for name, other := range map[string][]byte{
+		"timestamp": ForDestination(build(6, "v", 0), Producer{ID: 8}),
+		"record":    ForDestination(build(5, "w", 0), Producer{ID: 8}),
+		"codec bit": ForDestination(build(5, "v", 1), Producer{ID: 8}),
+		"length":    ForDestination(build(5, "vv", 0), Producer{ID: 8}),
+		"bad CRC":   broken,
+	} {
+		if SameContent(a, other) {
+			t.Errorf("%s: taken for the same content", name)
+		}
+	}
+}
