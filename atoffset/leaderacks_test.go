@@ -204,7 +204,7 @@ func TestLedgerLeaderAcksLostAppend(t *testing.T) {
 		res := write(w2, at, nil)
 		mu.Lock()
 		if !faked || refetch != 1 {
-			t.Fatalf("the lost append was not exercised (faked %v, failed checks %d)", faked, refetch)
+			t.Fatalf("the lost append was not exercised (faked %v, failed checks %d; the write: code %d %q)", faked, refetch, res.Code, res.Msg)
 		}
 		mu.Unlock()
 		if res.Code != ErrRetriable {
@@ -246,24 +246,46 @@ func TestLedgerLeaderAcksLostAppend(t *testing.T) {
 	}
 	mustWrite(w2, 36, nil)
 
+	// Lost with a hole before the batch (source offsets 39-40 hold nothing): the filler and the
+	// batch D holds are both adopted.
+	loseNext(41)
+	mustWrite(w2, 41, nil)
+	if got := dEnd(); got != 44 {
+		t.Fatalf("the destination ends at %d after the resend over a hole, want 44", got)
+	}
+	if es, _, err = ledger.New(cl).ReadFrom(ctx, id, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[int64]string{}
+	for _, e := range es {
+		if e.Src >= 39 && (e.Kind == ledger.KindBatch || e.Kind == ledger.KindFiller) {
+			kinds[e.Src] += e.Kind
+		}
+	}
+	if kinds[39] != ledger.KindFiller || kinds[41] != ledger.KindBatch || len(kinds) != 2 {
+		t.Fatalf("the ledger's entries from source offset 39: %v; want a filler at 39 and a batch at 41, once each", kinds)
+	}
+
+	mustWrite(w2, 44, nil) // the takeover's producer's first write (acks=all)
+
 	// Lost again, and this time the resend differs from what D holds (another batch at the
 	// same offsets): the partition halts; nothing more is written, and the halt holds for the
 	// next writer too.
-	loseNext(39)
-	other := sourceBatch(39, 3)
+	loseNext(47)
+	other := sourceBatch(47, 3)
 	other[len(other)-1] ^= 1 // another value in its last record
 	binary.BigEndian.PutUint32(other[17:], batch.CRC(other))
 	for i, w := range []*Writer{w2, newWriter()} {
 		if i == 1 {
 			w2.Close()
 		}
-		res := write(w, 39, other)
+		res := write(w, 47, other)
 		if res.Code != ErrHalted || !strings.Contains(res.Msg, "beyond what the ledger accounts for") || !strings.Contains(res.Msg, "is not the mirror's batch") {
-			t.Fatalf("writer %d, a different resend at 39: code %d %q at %d, want halted", i+1, res.Code, res.Msg, res.BaseOffset)
+			t.Fatalf("writer %d, a different resend at 47: code %d %q at %d, want halted", i+1, res.Code, res.Msg, res.BaseOffset)
 		}
 	}
-	if got := dEnd(); got != 42 {
-		t.Fatalf("the destination ends at %d after the halt, want 42 (nothing written)", got)
+	if got := dEnd(); got != 50 {
+		t.Fatalf("the destination ends at %d after the halt, want 50 (nothing written)", got)
 	}
 }
 
