@@ -586,9 +586,8 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 // appended with D's producer fields and nothing is written; ok then says the request is to be
 // planned again. A write that straddles what D holds, or differs from it, halts the partition:
 // D holds records the mirror cannot account for. Otherwise (ok false) res answers the request.
-// looked gives the first lookup error of the planner's callbacks (a plan made on a failed
-// lookup is never carried out).
-func (w *Writer) adopt(ctx context.Context, p *part, partition int32, sets [][]byte, hs []batch.Header, o Options, plan Plan, looked func() error) (res Result, ok bool) {
+// checked refuses a plan the planner refused or made on a failed lookup (begin's).
+func (w *Writer) adopt(ctx context.Context, p *part, partition int32, sets [][]byte, hs []batch.Header, o Options, plan Plan, checked func(Plan) (Result, bool)) (res Result, ok bool) {
 	halt := func(why string) (Result, bool) {
 		reason := fmt.Sprintf("the destination holds offsets %d-%d beyond what the ledger accounts for (a ledger append answered by its leader, ledger_acks: leader, lost with its data on the destination, or a write that did not come through offsetgate), and %s",
 			p.st.DNext, p.adoptTo-1, why)
@@ -619,11 +618,8 @@ func (w *Writer) adopt(ctx context.Context, p *part, partition int32, sets [][]b
 		return halt(fmt.Sprintf("the mirror's request at source offset %d starts no batch there", hs[0].BaseOffset))
 	}
 	sub := p.st.Plan(sets[:j], hs[:j], o)
-	if err := looked(); err != nil {
-		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + err.Error()}, false
-	}
-	if sub.Refusal.Code != 0 {
-		return sub.Refusal, false
+	if res, ok := checked(sub); !ok {
+		return res, false
 	}
 	if len(sub.Writes) == 0 {
 		return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the destination holds offsets %d-%d beyond the ledger, and the request at source offset %d plans no write there; resend from the mirrored end %d",
@@ -652,49 +648,26 @@ func (w *Writer) adopt(ctx context.Context, p *part, partition int32, sets [][]b
 			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the destination returned nothing at %d, below its high watermark %d; retry", at, p.adoptTo)}, false
 		}
 	}
-	type producer struct {
-		id    int64
-		epoch int16
-		seq   int32
-	}
-	onD := map[int64]producer{} // by D offset
+	onD := map[int64]batch.Header{} // by D offset
 	for _, wr := range sub.Writes {
 		b := held[wr.Entry.D]
 		if wr.Entry.D+int64(wr.Entry.Count) > p.adoptTo || b == nil || !batch.SameContent(wr.Data, b) {
 			return halt(fmt.Sprintf("its batch at %d is not the mirror's batch at source offset %d", wr.Entry.D, wr.Entry.Src))
 		}
-		h, _ := batch.ReadHeader(b)
-		onD[wr.Entry.D] = producer{h.ProducerID, h.ProducerEpoch, h.BaseSequence}
+		onD[wr.Entry.D], _ = batch.ReadHeader(b)
 	}
 	// The entries record D's batches as they are; this takeover's producer wrote none of them.
 	sub.seq = p.st.Seq
-	entries := append([]ledger.Entry(nil), sub.Entries...)
-	for i, e := range entries {
-		if pr, found := onD[e.D]; found && e.Data() {
-			entries[i].PID, entries[i].PEpoch, entries[i].Seq = pr.id, pr.epoch, pr.seq
+	sub.Entries = append([]ledger.Entry(nil), sub.Entries...)
+	for i, e := range sub.Entries {
+		if h, found := onD[e.D]; found && e.Data() {
+			sub.Entries[i].PID, sub.Entries[i].PEpoch, sub.Entries[i].Seq = h.ProducerID, h.ProducerEpoch, h.BaseSequence
 		}
 	}
-	sub.Entries = entries
-	lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
-	base, next, err := p.app.Append(lctx, entries)
-	cancel()
-	if err != nil {
-		p.unload()
-		return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}, false
+	if _, res, ok := w.record(ctx, p, partition, sub.Entries, sub, false); !ok {
+		return res, false
 	}
-	if base != p.ledgerNext {
-		p.unload()
-		return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}, false
-	}
-	p.ledgerNext = next
-	p.st.Apply(sub)
-	p.st.ConfirmHeld(p.adoptTo)
-	for _, e := range entries {
-		p.counts.add(e)
-	}
-	if w.cfg.OnEntries != nil {
-		w.cfg.OnEntries(p.tid, partition, base, entries)
-	}
+	p.st.ConfirmHeld(p.adoptTo) // D holds them: not pending
 	w.m.adopted.Add(float64(len(sub.Writes)))
 	w.log.Info("batches the destination held beyond the ledger adopted: identical to the mirror's resend", zap.String("topic", p.topic),
 		zap.Int32("partition", partition), zap.Int64("from", sub.Writes[0].Entry.D), zap.Int64("to", p.st.DNext), zap.Int64("held_to", p.adoptTo))
@@ -983,23 +956,25 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 			plan = p.st.Plan(sets, hs, o)
 		}
 	}
-	if lookErr != nil {
-		return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + lookErr.Error()}, nil
+	// checked refuses a plan the planner refused, or made on a lookup that failed.
+	checked := func(plan Plan) (Result, bool) {
+		if lookErr != nil {
+			return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + lookErr.Error()}, false
+		}
+		return plan.Refusal, plan.Refusal.Code == 0
 	}
-	if plan.Refusal.Code != 0 {
-		return plan.Refusal, nil
+	if res, ok := checked(plan); !ok {
+		return res, nil
 	}
 	if p.adoptTo > p.st.DNext && len(plan.Writes) > 0 {
-		if res, ok := w.adopt(ctx, p, partition, sets, hs, o, plan, func() error { return lookErr }); !ok {
+		if res, ok := w.adopt(ctx, p, partition, sets, hs, o, plan, checked); !ok {
 			return res, nil
 		}
 		// What D held is recorded: the request is planned again on it (the adopted batches
 		// are then acknowledged as mirrored, the rest written).
-		if plan = p.st.Plan(sets, hs, o); lookErr != nil {
-			return Result{Code: ErrRetriable, Msg: "offsetgate: reading the mirror partition's history failed, nothing was written: " + lookErr.Error()}, nil
-		}
-		if plan.Refusal.Code != 0 {
-			return plan.Refusal, nil
+		plan = p.st.Plan(sets, hs, o)
+		if res, ok := checked(plan); !ok {
+			return res, nil
 		}
 	}
 	entries := plan.Entries
@@ -1020,54 +995,14 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 		p.pidDurable && p.unrepl+len(plan.Writes) <= maxUnreplicated
 	var replicated func() error
 	if len(entries) > 0 {
-		lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
-		t0 := time.Now()
-		var base, next int64
-		var err error
-		if leaderOnly {
-			base, next, err = p.app.AppendLeader(lctx, entries)
-			w.m.leaderAppends.Inc()
-		} else {
-			base, next, err = p.app.Append(lctx, entries)
+		next, res, ok := w.record(ctx, p, partition, entries, plan, leaderOnly)
+		if !ok {
+			return res, nil
 		}
-		w.m.appends.Observe(time.Since(t0).Seconds())
-		cancel()
-		if err != nil {
-			// Fenced: another instance claimed the partition since. Any other failure: the
-			// entries may or may not be in the ledger. Either way the partition is read from
-			// the ledger again (and claimed again, which fences this process's own append if
-			// it is still on its way) before the next write; nothing reached D.
-			p.unload()
-			if errors.Is(err, ledger.ErrFenced) {
-				w.log.Warn("mirror partition taken over by another instance", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
-				return Result{Code: ErrRetriable, Msg: "offsetgate: another offsetgate instance took the partition over; nothing was written: " + err.Error()}, nil
-			}
-			w.log.Warn("ledger append failed: the partition is read again before its next write", zap.String("topic", p.topic),
-				zap.Int32("partition", partition), zap.Error(err))
-			return Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}, nil
-		}
-		if base != p.ledgerNext {
-			// Entries this process did not write precede ours: only a holder of a newer claim
-			// could append, and then this append would have been refused. Never planned on:
-			// the partition is read again, and the plan retried from the ledger.
-			w.log.Error("ledger entries of another writer found before this process's append: reloading",
-				zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int64("expected_at", p.ledgerNext), zap.Int64("appended_at", base))
-			p.unload()
-			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}, nil
-		}
-		p.ledgerNext = next
 		if leaderOnly {
 			replicated = w.awaitReplicated(ctx, p.app.Replication(w.cfg.ReplicationClient, next))
 		} else if len(plan.Writes) > 0 {
 			p.pidDurable = true // the plan's entries carry the producer, replicated
-		}
-		p.st.Apply(plan)
-		for _, e := range plan.Entries {
-			p.counts.add(e)
-		}
-		if w.cfg.OnEntries != nil {
-			// Every entry appended (the lease renewal too): the view follows ledger offsets.
-			w.cfg.OnEntries(p.tid, partition, base, entries)
 		}
 	}
 	if len(plan.Writes) == 0 {
@@ -1146,6 +1081,59 @@ func (w *Writer) land(ctx context.Context, p *part, partition int32, f *flight, 
 
 // leaderAcks: ledger appends may be answered by the ledger's leader (Config.LedgerLeaderAcks).
 func (w *Writer) leaderAcks() bool { return w.cfg.LedgerLeaderAcks && w.cfg.Dial != nil }
+
+// record stores a plan in the partition's ledger (entries: the plan's, after a lease renewal
+// when due; leaderOnly: acks=1, Config.LedgerLeaderAcks) and makes the partition's state what
+// the ledger then says. It returns the ledger offset after the entries, or (ok false) the answer
+// to the request when the append failed: the partition is then read again before its next
+// write, and nothing of the plan reached D.
+func (w *Writer) record(ctx context.Context, p *part, partition int32, entries []ledger.Entry, plan Plan, leaderOnly bool) (next int64, res Result, ok bool) {
+	lctx, cancel := context.WithTimeout(ctx, defaultRequestTimeout)
+	t0 := time.Now()
+	var base int64
+	var err error
+	if leaderOnly {
+		base, next, err = p.app.AppendLeader(lctx, entries)
+		w.m.leaderAppends.Inc()
+	} else {
+		base, next, err = p.app.Append(lctx, entries)
+	}
+	w.m.appends.Observe(time.Since(t0).Seconds())
+	cancel()
+	if err != nil {
+		// Fenced: another instance claimed the partition since. Any other failure: the
+		// entries may or may not be in the ledger. Either way the partition is read from
+		// the ledger again (and claimed again, which fences this process's own append if
+		// it is still on its way) before the next write; nothing reached D.
+		p.unload()
+		if errors.Is(err, ledger.ErrFenced) {
+			w.log.Warn("mirror partition taken over by another instance", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(err))
+			return 0, Result{Code: ErrRetriable, Msg: "offsetgate: another offsetgate instance took the partition over; nothing was written: " + err.Error()}, false
+		}
+		w.log.Warn("ledger append failed: the partition is read again before its next write", zap.String("topic", p.topic),
+			zap.Int32("partition", partition), zap.Error(err))
+		return 0, Result{Code: ErrRetriable, Msg: "offsetgate: ledger write failed, nothing was written to the destination: " + err.Error()}, false
+	}
+	if base != p.ledgerNext {
+		// Entries this process did not write precede ours: only a holder of a newer claim
+		// could append, and then this append would have been refused. Never planned on:
+		// the partition is read again, and the plan retried from the ledger.
+		w.log.Error("ledger entries of another writer found before this process's append: reloading",
+			zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Int64("expected_at", p.ledgerNext), zap.Int64("appended_at", base))
+		p.unload()
+		return 0, Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: the partition's ledger gained entries of another writer (at %d, this process expected %d); retry", base, p.ledgerNext)}, false
+	}
+	p.ledgerNext = next
+	p.st.Apply(plan)
+	for _, e := range plan.Entries {
+		p.counts.add(e)
+	}
+	if w.cfg.OnEntries != nil {
+		// Every entry appended (the lease renewal too): the view follows ledger offsets.
+		w.cfg.OnEntries(p.tid, partition, base, entries)
+	}
+	return next, Result{}, true
+}
 
 // awaitReplicated starts waiting for a write's ledger entries to be replicated (wait, from
 // Fenced.Replication) beside its data's writing, and returns what gives the outcome. Its

@@ -97,6 +97,13 @@ type chunk struct {
 	fetched, sent time.Time
 }
 
+// sending notes when the chunk first went to offsetgate (a retry keeps the first time).
+func (c *chunk) sending() {
+	if c.sent.IsZero() {
+		c.sent = time.Now()
+	}
+}
+
 func newEngine(cfg Config, src, px *kgo.Client, conns *connPool, tr *tracker) *engine {
 	budget := int64(cfg.MaxBytes) * int64(cfg.Parallel) * 4
 	budget = max(budget, 16<<20, 2*int64(cfg.MaxBytes))
@@ -923,9 +930,7 @@ func (e *engine) writer(ctx context.Context) {
 // retriable with the same batches).
 func (e *engine) writeChunk(ctx context.Context, p *part, c *chunk) error {
 	waited := false
-	if c.sent.IsZero() {
-		c.sent = time.Now()
-	}
+	c.sending()
 	err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from, func(why string) {
 		waited = true
 		p.st.state.Store(why)
@@ -1030,9 +1035,7 @@ func (e *engine) stream(ctx context.Context, p *part, first *chunk) {
 			return false
 		}
 		req := atOffsetRequest(p.topic, p.num, c.data)
-		if c.sent.IsZero() {
-			c.sent = time.Now()
-		}
+		c.sending()
 		corr, err := conn.SendAtOffset(req, c.from)
 		if err != nil {
 			return false
