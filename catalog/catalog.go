@@ -53,7 +53,9 @@ type Catalog struct {
 	// moves are the consumer groups' live moves (moves.go), keyed by group.
 	moves    map[string]*Move
 	anyMoves atomic.Bool
-	live     atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
+	// intents are the mirror topics being created, by name (creating.go).
+	intents map[string]intent
+	live    atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
 	// switching counts the marks that change what source connections do with a topic's
 	// writes (sealed or removed): read on every Produce of a source connection.
 	switching atomic.Int64
@@ -79,7 +81,7 @@ func Open(ctx context.Context, opts []kgo.Opt, log *zap.Logger) (*Catalog, error
 		return nil, err
 	}
 	c := &Catalog{cl: cl, log: log, byName: map[string]TopicID{}, byID: map[TopicID]string{},
-		marks: map[TopicID]*rules.Mark{}, moves: map[string]*Move{}, ready: make(chan struct{})}
+		marks: map[TopicID]*rules.Mark{}, moves: map[string]*Move{}, intents: map[string]intent{}, ready: make(chan struct{})}
 	if err := c.ensureTopic(ctx); err != nil {
 		cl.Close()
 		return nil, err
@@ -164,6 +166,10 @@ func (c *Catalog) Ready() <-chan struct{} { return c.ready }
 func (c *Catalog) apply(r *kgo.Record) {
 	if strings.HasPrefix(string(r.Key), movePrefix) {
 		c.applyMove(r)
+		return
+	}
+	if strings.HasPrefix(string(r.Key), IntentKeyPrefix) {
+		c.applyIntent(r)
 		return
 	}
 	id, err := parseID(string(r.Key))
@@ -393,7 +399,12 @@ func (c *Catalog) Mirrors() []Topic {
 
 // Refresh asks the destination for the ids of these topics (all topics when names is empty),
 // reads the marks up to date, and only then confirms what the destination showed: a topic
-// created as a mirror topic before the call is known with its mark. It blocks.
+// created as a mirror topic before the call is known with its mark. A topic without a mark
+// whose name an instance is creating as a mirror topic (creating.go) is held back: confirmed
+// only once its mark is read or the intent is withdrawn or runs out. Refresh waits for the
+// names it was given (at most as long as ctx lasts); asked for all topics, it confirms the
+// others and leaves those unconfirmed (an instance starting while a creator that stopped
+// mid-creation left an intent must not wait for it). It blocks.
 func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 	req := kmsg.NewPtrMetadataRequest()
 	if len(names) == 0 {
@@ -409,13 +420,38 @@ func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 	if err != nil {
 		return fmt.Errorf("catalog: metadata: %w", err)
 	}
-	if err := c.Sync(ctx); err != nil {
-		return err
-	}
+	found := map[string]TopicID{}
 	for _, t := range resp.Topics {
 		if t.Topic != nil && t.ErrorCode == 0 {
-			c.learn(*t.Topic, t.TopicID)
+			found[*t.Topic] = t.TopicID
 		}
+	}
+	for {
+		if err := c.Sync(ctx); err != nil {
+			return err
+		}
+		c.mu.RLock()
+		held := c.heldBack(found, time.Now())
+		c.mu.RUnlock()
+		if len(held) == 0 || len(names) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return errHeldBack(held, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	c.mu.RLock()
+	now := time.Now()
+	for name, id := range found {
+		if _, held := c.creating(name, now); held && c.marks[id] == nil {
+			delete(found, name)
+		}
+	}
+	c.mu.RUnlock()
+	for name, id := range found {
+		c.learn(name, id)
 	}
 	return nil
 }

@@ -1,18 +1,23 @@
 package catalog
 
 import (
+	"context"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"offsetgate/internal/kfaketest"
 	"offsetgate/rules"
 )
 
 func empty() *Catalog {
 	return &Catalog{log: zap.NewNop(), byName: map[string]TopicID{}, byID: map[TopicID]string{},
-		marks: map[TopicID]*rules.Mark{}, ready: make(chan struct{})}
+		marks: map[TopicID]*rules.Mark{}, intents: map[string]intent{}, ready: make(chan struct{})}
 }
 
 var id1 = TopicID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
@@ -102,4 +107,112 @@ func TestPromotion(t *testing.T) {
 	}
 	c.learn("orders", TopicID{8}) // another destination topic of that name, no mark
 	check("recreated as an ordinary topic", false, false, 1)
+}
+
+// A creation intent holds its name back: a confirmed name without a mark is forgotten, and a
+// lookup finding the name on the destination holds it back while the intent lives and the
+// topic has no mark; a mark, a withdrawal or the intent running out lets it through. An
+// unreadable intent holds the name back too.
+func TestCreationIntent(t *testing.T) {
+	c := empty()
+	now := time.Now()
+	intentRecord := func(name string, until time.Time) *kgo.Record {
+		b, _ := json.Marshal(intent{By: "og-1", Until: until})
+		return &kgo.Record{Key: []byte(IntentKeyPrefix + name), Value: b}
+	}
+	c.learn("orders", id1)
+	c.apply(intentRecord("orders", now.Add(time.Minute)))
+	if _, ok := c.ByName("orders"); ok {
+		t.Fatal("a name confirmed without a mark was kept while a mirror topic of that name is being created")
+	}
+	if !c.Creating("orders") || c.Creating("other") {
+		t.Fatal("Creating does not follow the intents")
+	}
+	found := map[string]TopicID{"orders": id1, "other": {7}}
+	if held := c.heldBack(found, now); len(held) != 1 || !strings.HasPrefix(held[0], "orders (by og-1)") {
+		t.Fatalf("held back: %v", held)
+	}
+	if held := c.heldBack(found, now.Add(2*time.Minute)); len(held) != 0 {
+		t.Fatalf("an intent that ran out still holds back: %v", held)
+	}
+	// The mark read: the topic is a mirror topic, nothing held back.
+	mark, _ := json.Marshal(rules.Mark{Version: 1, Topic: "orders"})
+	c.apply(&kgo.Record{Key: []byte(IDString(id1)), Value: mark})
+	if held := c.heldBack(found, now); len(held) != 0 {
+		t.Fatalf("a marked topic held back: %v", held)
+	}
+	// A marked name is not forgotten by a later intent of the same name.
+	c.learn("orders", id1)
+	c.apply(intentRecord("orders", now.Add(time.Minute)))
+	if tp, ok := c.ByName("orders"); !ok || tp.Mark == nil {
+		t.Fatal("an intent made a marked topic's name unknown")
+	}
+	// Withdrawn: a topic of that name without a mark is an ordinary one again.
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other")})
+	c.apply(intentRecord("other", now.Add(time.Minute)))
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other")})
+	if c.Creating("other") || len(c.heldBack(found, now)) != 0 {
+		t.Fatal("a withdrawn intent still holds its name back")
+	}
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other"), Value: []byte("{no")})
+	if !c.Creating("other") {
+		t.Fatal("an unreadable intent let its name through")
+	}
+	// Readers of the marks topic tell marks from the rest.
+	if !IsMarkKey([]byte(IDString(id1))) || IsMarkKey([]byte(IntentKeyPrefix+"orders")) || IsMarkKey([]byte(MoveKeyPrefix+"g")) {
+		t.Fatal("IsMarkKey")
+	}
+}
+
+// Refresh against a destination: a name held back by an intent is waited for when asked by
+// name (an error once ctx ends, saying what it waited for) and left unconfirmed when all topics
+// are asked (an instance starting must not wait); a second instance's withdrawal read from the
+// marks topic lets it through.
+func TestRefreshHoldsBackCreatingNames(t *testing.T) {
+	kc, admin := kfaketest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func() *Catalog {
+		c, err := Open(ctx, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); c.Run(rctx) }()
+		t.Cleanup(func() { stop(); <-done })
+		<-c.Ready()
+		return c
+	}
+	creator, other := open(), open()
+	if err := creator.StoreIntent(ctx, "orders", "og-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kadm.NewClient(admin).CreateTopic(ctx, 1, 1, nil, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := other.Refresh(short, []string{"orders"})
+	cancelShort()
+	if err == nil || !strings.Contains(err.Error(), "orders (by og-1)") {
+		t.Fatalf("a lookup of a name being created: %v", err)
+	}
+	if err := other.Refresh(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := other.ByName("orders"); ok {
+		t.Fatal("a lookup of every topic confirmed a name being created")
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- other.Refresh(ctx, []string{"orders"}) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := creator.WithdrawIntent(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("the lookup waiting for the withdrawal: %v", err)
+	}
+	if tp, ok := other.ByName("orders"); !ok || tp.Mark != nil {
+		t.Fatalf("after the withdrawal: %+v %v", tp, ok)
+	}
 }

@@ -92,8 +92,8 @@ func Status(ctx context.Context, px *kgo.Client, src *kgo.Client) ([]PartitionSt
 	}
 	latest := map[string]rules.Mark{}
 	for _, r := range marks {
-		if strings.HasPrefix(string(r.Key), catalog.MoveKeyPrefix) {
-			continue // a group's live move, not a topic's mark
+		if !catalog.IsMarkKey(r.Key) {
+			continue // a group's live move or a creation intent, not a topic's mark
 		}
 		var m rules.Mark
 		if r.Value == nil {

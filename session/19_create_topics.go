@@ -130,6 +130,8 @@ func refusedTopic(rs []topicRefusal, t string) bool {
 }
 
 // createMirrorTopics creates the topics with offsetgate's own client and stores their marks.
+// Each name is held back by a creation intent from before the topic exists until its mark is
+// stored (catalog/creating.go), so no instance judges the new topic as an ordinary one.
 func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopicsRequest, mirrors map[string]map[string]string, who string) kmsg.CreateTopicsResponse {
 	var out kmsg.CreateTopicsResponse
 	own := kmsg.NewPtrCreateTopicsRequest()
@@ -142,19 +144,39 @@ func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopics
 		}
 		return out
 	}
+	if !req.ValidateOnly {
+		var held []string
+		defer func() {
+			// Withdrawn even when the request ran out of time: an intent left behind holds
+			// its name back until it runs out.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			for _, name := range held {
+				_ = cat.WithdrawIntent(wctx, name)
+			}
+		}()
+		for name := range mirrors {
+			if err := cat.StoreIntent(ctx, name, who); err != nil {
+				return fail(-1, "offsetgate: creating mirror topics: "+err.Error()+"; nothing was created")
+			}
+			held = append(held, name)
+		}
+	}
 	kr, err := cat.Request(ctx, own)
 	if err != nil {
 		return fail(-1, "offsetgate: creating mirror topics: "+err.Error())
 	}
 	resp := kr.(*kmsg.CreateTopicsResponse)
-	var names []string
+	var unnamed []string
 	for _, t := range resp.Topics {
 		if t.ErrorCode == 0 && t.TopicID == (catalog.TopicID{}) {
-			names = append(names, t.Topic)
+			unnamed = append(unnamed, t.Topic)
 		}
 	}
-	if len(names) > 0 && !req.ValidateOnly {
-		_ = cat.Refresh(ctx, names)
+	var ids map[string]catalog.TopicID
+	if len(unnamed) > 0 && !req.ValidateOnly {
+		// Not Refresh: it waits for these very names' marks.
+		ids = topicIDs(ctx, cat, unnamed)
 	}
 	for i := range resp.Topics {
 		t := &resp.Topics[i]
@@ -163,9 +185,7 @@ func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopics
 		}
 		id := t.TopicID
 		if id == (catalog.TopicID{}) {
-			if info, ok := cat.ByName(t.Topic); ok {
-				id = info.ID
-			}
+			id = ids[t.Topic]
 		}
 		var err error
 		if id == (catalog.TopicID{}) {
@@ -179,6 +199,28 @@ func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopics
 		}
 	}
 	return *resp
+}
+
+// topicIDs asks the destination for the ids of topics a CreateTopics answer of an old version
+// did not give.
+func topicIDs(ctx context.Context, cat Catalog, names []string) map[string]catalog.TopicID {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, t)
+	}
+	ids := map[string]catalog.TopicID{}
+	kr, err := cat.Request(ctx, req)
+	if err != nil {
+		return ids
+	}
+	for _, t := range kr.(*kmsg.MetadataResponse).Topics {
+		if t.Topic != nil && t.ErrorCode == 0 {
+			ids[*t.Topic] = t.TopicID
+		}
+	}
+	return ids
 }
 
 func spliceCreateTopics(resp *kmsg.CreateTopicsResponse, refused []topicRefusal) {

@@ -91,3 +91,6 @@ func BenchmarkProduceRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+func (fakeCatalog) StoreIntent(context.Context, string, string) error { return nil }
+func (fakeCatalog) WithdrawIntent(context.Context, string) error      { return nil }

@@ -283,3 +283,6 @@ func FuzzSourceClient(f *testing.F) {
 		}
 	})
 }
+
+func (fuzzCatalog) StoreIntent(context.Context, string, string) error { return nil }
+func (fuzzCatalog) WithdrawIntent(context.Context, string) error      { return nil }
