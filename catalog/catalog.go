@@ -54,8 +54,8 @@ type Catalog struct {
 	moves    map[string]*Move
 	anyMoves atomic.Bool
 	// intents are the mirror topics being created, by name (creating.go).
-	intents map[string]intent
-	live    atomic.Int64 // marks, live or removed: read on every Fetch, so without the lock
+	intents map[string]map[string]intent // by name, then key
+	live    atomic.Int64                 // marks, live or removed: read on every Fetch, so without the lock
 	// switching counts the marks that change what source connections do with a topic's
 	// writes (sealed or removed): read on every Produce of a source connection.
 	switching atomic.Int64
@@ -81,7 +81,7 @@ func Open(ctx context.Context, opts []kgo.Opt, log *zap.Logger) (*Catalog, error
 		return nil, err
 	}
 	c := &Catalog{cl: cl, log: log, byName: map[string]TopicID{}, byID: map[TopicID]string{},
-		marks: map[TopicID]*rules.Mark{}, moves: map[string]*Move{}, intents: map[string]intent{}, ready: make(chan struct{})}
+		marks: map[TopicID]*rules.Mark{}, moves: map[string]*Move{}, intents: map[string]map[string]intent{}, ready: make(chan struct{})}
 	if err := c.ensureTopic(ctx); err != nil {
 		cl.Close()
 		return nil, err

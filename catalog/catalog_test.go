@@ -17,7 +17,7 @@ import (
 
 func empty() *Catalog {
 	return &Catalog{log: zap.NewNop(), byName: map[string]TopicID{}, byID: map[TopicID]string{},
-		marks: map[TopicID]*rules.Mark{}, intents: map[string]intent{}, ready: make(chan struct{})}
+		marks: map[TopicID]*rules.Mark{}, intents: map[string]map[string]intent{}, ready: make(chan struct{})}
 }
 
 var id1 = TopicID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
@@ -118,7 +118,7 @@ func TestCreationIntent(t *testing.T) {
 	now := time.Now()
 	intentRecord := func(name string, until time.Time) *kgo.Record {
 		b, _ := json.Marshal(intent{By: "og-1", Until: until})
-		return &kgo.Record{Key: []byte(IntentKeyPrefix + name), Value: b}
+		return &kgo.Record{Key: []byte(IntentKeyPrefix + name + "/t1"), Value: b}
 	}
 	c.learn("orders", id1)
 	c.apply(intentRecord("orders", now.Add(time.Minute)))
@@ -147,14 +147,26 @@ func TestCreationIntent(t *testing.T) {
 	if tp, ok := c.ByName("orders"); !ok || tp.Mark == nil {
 		t.Fatal("an intent made a marked topic's name unknown")
 	}
-	// Withdrawn: a topic of that name without a mark is an ordinary one again.
-	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other")})
+	// Withdrawn: a topic of that name without a mark is an ordinary one again. Two creators
+	// of one name (one of them fails) each withdraw their own intent: the name stays held
+	// while the other's lives.
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other/t1")})
 	c.apply(intentRecord("other", now.Add(time.Minute)))
-	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other")})
+	b, _ := json.Marshal(intent{By: "og-2", Until: now.Add(time.Minute)})
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other/t2"), Value: b})
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other/t1")})
+	if !c.Creating("other") {
+		t.Fatal("one creator's withdrawal let the name through while another's intent lives")
+	}
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other/t2")})
 	if c.Creating("other") || len(c.heldBack(found, now)) != 0 {
 		t.Fatal("a withdrawn intent still holds its name back")
 	}
-	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other"), Value: []byte("{no")})
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "no-token"), Value: b})
+	if c.Creating("no-token") {
+		t.Fatal("an intent key without a token was read")
+	}
+	c.apply(&kgo.Record{Key: []byte(IntentKeyPrefix + "other/t3"), Value: []byte("{no")})
 	if !c.Creating("other") {
 		t.Fatal("an unreadable intent let its name through")
 	}
@@ -185,14 +197,15 @@ func TestRefreshHoldsBackCreatingNames(t *testing.T) {
 		return c
 	}
 	creator, other := open(), open()
-	if err := creator.StoreIntent(ctx, "orders", "og-1"); err != nil {
+	key, err := creator.StoreIntent(ctx, "orders", "og-1")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kadm.NewClient(admin).CreateTopic(ctx, 1, 1, nil, "orders"); err != nil {
 		t.Fatal(err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-	err := other.Refresh(short, []string{"orders"})
+	err = other.Refresh(short, []string{"orders"})
 	cancelShort()
 	if err == nil || !strings.Contains(err.Error(), "orders (by og-1)") {
 		t.Fatalf("a lookup of a name being created: %v", err)
@@ -206,7 +219,7 @@ func TestRefreshHoldsBackCreatingNames(t *testing.T) {
 	errs := make(chan error, 1)
 	go func() { errs <- other.Refresh(ctx, []string{"orders"}) }()
 	time.Sleep(100 * time.Millisecond)
-	if err := creator.WithdrawIntent(ctx, "orders"); err != nil {
+	if err := creator.WithdrawIntent(ctx, key); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errs; err != nil {

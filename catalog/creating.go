@@ -2,6 +2,8 @@ package catalog
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -18,7 +20,10 @@ import (
 // instance holds back its judgment of a topic of that name without a mark (its lookups wait)
 // until the intent is withdrawn (the mark stored, or the creation failed) or runs out.
 
-// IntentKeyPrefix starts the key of a mirror topic's creation intent in the marks topic.
+// IntentKeyPrefix starts the key of a mirror topic's creation intent in the marks topic: the
+// key is the prefix, the topic's name, "/" (never in a topic name) and a token of the creation,
+// so that two instances creating the same name (one of them fails) each withdraw only their
+// own intent.
 const IntentKeyPrefix = "creating:"
 
 // IntentTTL is how long an intent holds its name back when its creator never withdraws it (it
@@ -39,11 +44,20 @@ func IsMarkKey(key []byte) bool {
 }
 
 func (c *Catalog) applyIntent(r *kgo.Record) {
-	name := string(r.Key[len(IntentKeyPrefix):])
+	key := string(r.Key[len(IntentKeyPrefix):])
+	slash := strings.LastIndexByte(key, '/')
+	if slash < 0 {
+		c.log.Warn("ignoring a creation intent with a bad key", zap.ByteString("key", r.Key))
+		return
+	}
+	name := key[:slash]
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r.Value == nil {
-		delete(c.intents, name)
+		delete(c.intents[name], key)
+		if len(c.intents[name]) == 0 {
+			delete(c.intents, name)
+		}
 		return
 	}
 	var in intent
@@ -52,7 +66,10 @@ func (c *Catalog) applyIntent(r *kgo.Record) {
 		c.log.Error("unreadable mirror topic creation intent: holding the name back", zap.String("topic", name), zap.Error(err))
 		in = intent{Until: time.Now().Add(IntentTTL)}
 	}
-	c.intents[name] = in
+	if c.intents[name] == nil {
+		c.intents[name] = map[string]intent{}
+	}
+	c.intents[name][key] = in
 	c.forgetUnmarked(name)
 }
 
@@ -66,10 +83,14 @@ func (c *Catalog) forgetUnmarked(name string) {
 	}
 }
 
-// creating reports whether a name is held back by a live intent. The caller holds the lock.
+// creating returns a live intent holding a name back. The caller holds the lock.
 func (c *Catalog) creating(name string, now time.Time) (intent, bool) {
-	in, ok := c.intents[name]
-	return in, ok && now.Before(in.Until)
+	for _, in := range c.intents[name] {
+		if now.Before(in.Until) {
+			return in, true
+		}
+	}
+	return intent{}, false
 }
 
 // Creating reports whether a topic of this name is being created as a mirror topic.
@@ -81,26 +102,31 @@ func (c *Catalog) Creating(name string) bool {
 }
 
 // StoreIntent records durably that a mirror topic of this name is about to be created by who,
-// and applies it here at once. It is withdrawn with WithdrawIntent once the mark is stored or
-// the creation failed.
-func (c *Catalog) StoreIntent(ctx context.Context, name, who string) error {
+// and applies it here at once. The intent returned is withdrawn with WithdrawIntent once the
+// mark is stored or the creation failed.
+func (c *Catalog) StoreIntent(ctx context.Context, name, who string) (string, error) {
+	var token [8]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return "", err
+	}
 	b, err := json.Marshal(intent{By: who, Until: time.Now().Add(IntentTTL).UTC()})
 	if err != nil {
-		return err
+		return "", err
 	}
-	r := &kgo.Record{Topic: MarksTopic, Key: []byte(IntentKeyPrefix + name), Value: b}
+	key := IntentKeyPrefix + name + "/" + hex.EncodeToString(token[:])
+	r := &kgo.Record{Topic: MarksTopic, Key: []byte(key), Value: b}
 	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("catalog: storing the creation intent of %s: %w", name, err)
+		return "", fmt.Errorf("catalog: storing the creation intent of %s: %w", name, err)
 	}
 	c.applyIntent(r)
-	return nil
+	return key, nil
 }
 
-// WithdrawIntent removes a creation intent durably and here at once.
-func (c *Catalog) WithdrawIntent(ctx context.Context, name string) error {
-	r := &kgo.Record{Topic: MarksTopic, Key: []byte(IntentKeyPrefix + name)}
+// WithdrawIntent removes a creation intent (StoreIntent's key) durably and here at once.
+func (c *Catalog) WithdrawIntent(ctx context.Context, key string) error {
+	r := &kgo.Record{Topic: MarksTopic, Key: []byte(key)}
 	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("catalog: withdrawing the creation intent of %s: %w", name, err)
+		return fmt.Errorf("catalog: withdrawing the creation intent %s: %w", key, err)
 	}
 	c.applyIntent(r)
 	return nil

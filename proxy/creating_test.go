@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestMirrorCreationHeldBack(t *testing.T) {
 		}
 	}
 	intent := func(topic string) {
-		put(catalog.IntentKeyPrefix+topic, map[string]any{"by": "another-instance", "until": time.Now().Add(time.Minute).UTC()})
+		put(catalog.IntentKeyPrefix+topic+"/t", map[string]any{"by": "another-instance", "until": time.Now().Add(time.Minute).UTC()})
 	}
 	cl := franzClient(t, []string{e.p.addr}, kgo.DialTLSConfig(e.certs.ClientTLS(e.other)), kgo.RecordRetries(2))
 
@@ -53,8 +54,8 @@ func TestMirrorCreationHeldBack(t *testing.T) {
 	if err := e.createMirror(ctx, e.mirror, created, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := lastValue(ctx, t, d, catalog.IntentKeyPrefix+created); !ok || v != nil {
-		t.Fatalf("the creation intent of %s: stored %v, last value %q (want withdrawn)", created, ok, v)
+	if n, live := intents(ctx, t, d, created); n != 1 || live != 0 {
+		t.Fatalf("creation intents of %s: %d stored, %d not withdrawn (want 1, 0)", created, n, live)
 	}
 
 	// An ordinary client writes to a topic that is being created as a mirror topic: its write
@@ -72,7 +73,7 @@ func TestMirrorCreationHeldBack(t *testing.T) {
 	case <-time.After(1500 * time.Millisecond):
 	}
 	put(catalog.IDString(topicID(ctx, t, e, held)), rules.Mark{Version: rules.MarkVersion, Topic: held, MarkedAt: time.Now().UTC(), MarkedBy: "another-instance"})
-	put(catalog.IntentKeyPrefix+held, nil)
+	put(catalog.IntentKeyPrefix+held+"/t", nil)
 	if err := <-done; !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("a write to a mirror topic just created: %v (want TOPIC_AUTHORIZATION_FAILED)", err)
 	}
@@ -93,7 +94,7 @@ func TestMirrorCreationHeldBack(t *testing.T) {
 		t.Fatalf("a write to a topic being created as a mirror topic was answered before the intent was withdrawn: %v", err)
 	case <-time.After(1500 * time.Millisecond):
 	}
-	put(catalog.IntentKeyPrefix+plain, nil)
+	put(catalog.IntentKeyPrefix+plain+"/t", nil)
 	if err := <-done; err != nil {
 		t.Fatalf("a write to an ordinary topic after a withdrawn intent: %v", err)
 	}
@@ -121,18 +122,22 @@ func topicID(ctx context.Context, t *testing.T, e *mirrorEnv, topic string) [16]
 	return td.ID
 }
 
-// lastValue reads the marks topic to its end and returns the last value under key.
-func lastValue(ctx context.Context, t *testing.T, d *kgo.Client, key string) ([]byte, bool) {
+// intents reads the marks topic to its end and counts a topic's creation intents, and those
+// not withdrawn.
+func intents(ctx context.Context, t *testing.T, d *kgo.Client, topic string) (n, live int) {
 	t.Helper()
-	rs := readAll(ctx, t, d, catalog.MarksTopic)
-	var v []byte
-	ok := false
-	for _, r := range rs {
-		if string(r.Key) == key {
-			v, ok = r.Value, true
+	last := map[string][]byte{}
+	for _, r := range readAll(ctx, t, d, catalog.MarksTopic) {
+		if strings.HasPrefix(string(r.Key), catalog.IntentKeyPrefix+topic+"/") {
+			last[string(r.Key)] = r.Value
 		}
 	}
-	return v, ok
+	for _, v := range last {
+		if v != nil {
+			live++
+		}
+	}
+	return len(last), live
 }
 
 // readAll reads a one-partition topic directly from the destination, start to end.

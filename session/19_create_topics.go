@@ -151,15 +151,16 @@ func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopics
 			// its name back until it runs out.
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			for _, name := range held {
-				_ = cat.WithdrawIntent(wctx, name)
+			for _, key := range held {
+				_ = cat.WithdrawIntent(wctx, key)
 			}
 		}()
 		for name := range mirrors {
-			if err := cat.StoreIntent(ctx, name, who); err != nil {
+			key, err := cat.StoreIntent(ctx, name, who)
+			if err != nil {
 				return fail(-1, "offsetgate: creating mirror topics: "+err.Error()+"; nothing was created")
 			}
-			held = append(held, name)
+			held = append(held, key)
 		}
 	}
 	kr, err := cat.Request(ctx, own)

@@ -92,5 +92,5 @@ func BenchmarkProduceRoundTrip(b *testing.B) {
 	}
 }
 
-func (fakeCatalog) StoreIntent(context.Context, string, string) error { return nil }
-func (fakeCatalog) WithdrawIntent(context.Context, string) error      { return nil }
+func (fakeCatalog) StoreIntent(context.Context, string, string) (string, error) { return "", nil }
+func (fakeCatalog) WithdrawIntent(context.Context, string) error                { return nil }

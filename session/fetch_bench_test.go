@@ -116,5 +116,5 @@ func BenchmarkFetchRoundTrip(b *testing.B) {
 	}
 }
 
-func (mirrorCatalog) StoreIntent(context.Context, string, string) error { return nil }
-func (mirrorCatalog) WithdrawIntent(context.Context, string) error      { return nil }
+func (mirrorCatalog) StoreIntent(context.Context, string, string) (string, error) { return "", nil }
+func (mirrorCatalog) WithdrawIntent(context.Context, string) error                { return nil }

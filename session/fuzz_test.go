@@ -284,5 +284,5 @@ func FuzzSourceClient(f *testing.F) {
 	})
 }
 
-func (fuzzCatalog) StoreIntent(context.Context, string, string) error { return nil }
-func (fuzzCatalog) WithdrawIntent(context.Context, string) error      { return nil }
+func (fuzzCatalog) StoreIntent(context.Context, string, string) (string, error) { return "", nil }
+func (fuzzCatalog) WithdrawIntent(context.Context, string) error                { return nil }

@@ -167,8 +167,8 @@ type Catalog interface {
 	Store(ctx context.Context, id catalog.TopicID, m rules.Mark) error
 	// StoreIntent and WithdrawIntent hold a name back while a mirror topic of that name is
 	// created (catalog/creating.go).
-	StoreIntent(ctx context.Context, name, who string) error
-	WithdrawIntent(ctx context.Context, name string) error
+	StoreIntent(ctx context.Context, name, who string) (string, error)
+	WithdrawIntent(ctx context.Context, key string) error
 	// Request sends a request of offsetgate's own to the destination (with its own rights).
 	Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error)
 }
