@@ -101,7 +101,7 @@ type Entry struct {
 
 	// owner
 	Owner string    `json:"owner,omitempty"`
-	Until time.Time `json:"until,omitempty"`
+	Until time.Time `json:"until,omitzero"`
 
 	// halt
 	Reason string `json:"reason,omitempty"`
@@ -129,8 +129,12 @@ type Entry struct {
 // what the entry means), an unknown kind.
 func Decode(value []byte) (Entry, error) {
 	var e Entry
-	if err := json.Unmarshal(value, &e); err != nil {
-		return Entry{}, fmt.Errorf("unreadable entry: %w", err)
+	if !fastDecode(value, &e) {
+		var slow Entry // its own: one escaping to encoding/json would take e to the heap too
+		if err := json.Unmarshal(value, &slow); err != nil {
+			return Entry{}, fmt.Errorf("unreadable entry: %w", err)
+		}
+		e = slow
 	}
 	if e.V > Version {
 		return Entry{}, fmt.Errorf("entry of format version %d, written by a newer offsetgate (this one reads up to %d)", e.V, Version)
