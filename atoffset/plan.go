@@ -525,33 +525,64 @@ func Replay(es []ledger.Entry) Replayed {
 // ReplayOnto is Replay of the entries that follow a ledger prefix whose replay is r (a
 // snapshot's), counting on from r's counts.
 func ReplayOnto(r Replayed, es []ledger.Entry) Replayed {
-	r.Entries += len(es)
-	// Appends never write into the caller's arrays.
-	r.Segments = r.Segments[:len(r.Segments):len(r.Segments)]
-	r.Recent = r.Recent[:len(r.Recent):len(r.Recent)]
+	rp := NewReplayer(r)
 	for _, e := range es {
-		r.Counts.add(e)
-		switch e.Kind {
-		case ledger.KindSegment:
-			r.Segments = append(r.Segments, Segment{Src: e.Src, Delta: e.Delta})
-		case ledger.KindBatch, ledger.KindFiller, ledger.KindControl:
-			r.remember(e)
-			r.Next, r.DNext = e.Last+1, e.D+int64(e.Count)
-			r.PID, r.PEpoch, r.Seq = e.PID, e.PEpoch, e.Seq+e.Count
-			switch {
-			case e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl:
-				r.Epoch = max(r.Epoch, e.Epoch)
-			case e.Align:
-				r.AlignTo = e.D + int64(e.Count)
-			}
-		case ledger.KindRewrite:
-			r.rewrite(e)
-		case ledger.KindOwner:
-			r.Owner, r.OwnerUntil = e.Owner, e.Until
-		case ledger.KindHalt:
-			r.Halted = e.Reason
-		}
+		rp.Add(e)
 	}
+	return rp.Result()
+}
+
+// Replayer is ReplayOnto one entry at a time, for a ledger read as it arrives: a partition's
+// whole ledger (a million entries of some 230 bytes each) is never held at once, nor copied
+// each time a slice of them grows.
+type Replayer struct{ r Replayed }
+
+// NewReplayer starts a replay onto r.
+func NewReplayer(r Replayed) *Replayer {
+	rp := &Replayer{r: r}
+	rp.own()
+	return rp
+}
+
+// own makes the replay's next appends take arrays of its own: never the ones of the state it
+// started from or of a Result handed out.
+func (rp *Replayer) own() {
+	rp.r.Segments = rp.r.Segments[:len(rp.r.Segments):len(rp.r.Segments)]
+	rp.r.Recent = rp.r.Recent[:len(rp.r.Recent):len(rp.r.Recent)]
+}
+
+// Add replays the next entry.
+func (rp *Replayer) Add(e ledger.Entry) {
+	r := &rp.r
+	r.Entries++
+	r.Counts.add(e)
+	switch e.Kind {
+	case ledger.KindSegment:
+		r.Segments = append(r.Segments, Segment{Src: e.Src, Delta: e.Delta})
+	case ledger.KindBatch, ledger.KindFiller, ledger.KindControl:
+		r.remember(e)
+		r.Next, r.DNext = e.Last+1, e.D+int64(e.Count)
+		r.PID, r.PEpoch, r.Seq = e.PID, e.PEpoch, e.Seq+e.Count
+		switch {
+		case e.Kind == ledger.KindBatch || e.Kind == ledger.KindControl:
+			r.Epoch = max(r.Epoch, e.Epoch)
+		case e.Align:
+			r.AlignTo = e.D + int64(e.Count)
+		}
+	case ledger.KindRewrite:
+		r.rewrite(e)
+	case ledger.KindOwner:
+		r.Owner, r.OwnerUntil = e.Owner, e.Until
+	case ledger.KindHalt:
+		r.Halted = e.Reason
+	}
+}
+
+// Result is the replay so far. The replay may go on after it, which leaves the Result taken
+// before stale (a compaction rewrite changes recent entries in place).
+func (rp *Replayer) Result() Replayed {
+	r := rp.r
 	r.Cursor = r.Next
+	rp.own()
 	return r
 }

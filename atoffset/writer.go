@@ -430,14 +430,23 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	// absent (or not read) may be there on the next look.
 	p.snapshotStored()
 	base, from, final, snapErr := w.lastSnapshot(ctx, p, partition)
-	// read reads the ledger from a snapshot's offset on, or whole; a whole read proves by itself
-	// that the ledger still starts at 0 (ledger.ReadWhole), and only one that finds it trimmed
-	// asks where it starts, to say whether reading again can help.
-	read := func(from int64) ([]ledger.Entry, int64, error) {
+	// read replays the ledger onto base from a snapshot's offset on, or whole, as it arrives; a
+	// whole read proves by itself that the ledger still starts at 0 (ledger.ScanWhole), and
+	// only one that finds it trimmed asks where it starts, to say whether reading again can
+	// help.
+	read := func(base Replayed, from int64) (*Replayer, int64, error) {
+		rp := NewReplayer(base)
 		if from > 0 {
-			return w.ledger.ReadFrom(ctx, p.id, partition, from)
+			next, err := w.ledger.Scan(ctx, p.id, partition, from, -1, func(_ int64, e ledger.Entry) error {
+				rp.Add(e)
+				return nil
+			})
+			return rp, next, err
 		}
-		es, next, err := w.ledger.ReadWhole(ctx, p.id, partition)
+		next, err := w.ledger.ScanWhole(ctx, p.id, partition, func(e ledger.Entry) error {
+			rp.Add(e)
+			return nil
+		})
 		switch {
 		case err != nil && snapErr != nil:
 			// A ledger never trimmed is enough alone; one trimmed needs the snapshot, so the
@@ -451,10 +460,10 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		case err == nil && snapErr != nil:
 			w.log.Warn("snapshot not read: the whole ledger was read", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(snapErr))
 		}
-		return es, next, err
+		return rp, next, err
 	}
 	phases.mark(&phases.snapshot)
-	es, next, err := read(from)
+	rp, next, err := read(base, from)
 	if err == nil && from > 0 && next < from {
 		err = BeyondEnd(ctx, w.cl, p.id, partition, from, next)
 		if err == nil {
@@ -462,7 +471,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			w.log.Warn("snapshot beyond the ledger's end: reading the whole ledger", zap.String("topic", p.topic),
 				zap.Int32("partition", partition), zap.Int64("snapshot_at", from), zap.Int64("ledger_end", next))
 			base, from, final = Replayed{State: State{Next: -1, Epoch: -1}}, 0, true
-			es, next, err = read(0)
+			rp, next, err = read(base, 0)
 		}
 	}
 	if err != nil {
@@ -470,7 +479,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	}
 	phases.mark(&phases.read)
 	p.snapAt = from
-	r := ReplayOnto(base, es)
+	r := rp.Result()
 	if r.Owner != "" && r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
 		return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 	}
@@ -505,12 +514,15 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		return err
 	}
 	if at != next {
-		tail, tnext, err := w.ledger.ReadFrom(ctx, p.id, partition, next)
+		tnext, err := w.ledger.Scan(ctx, p.id, partition, next, -1, func(_ int64, e ledger.Entry) error {
+			rp.Add(e)
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		es, after = append(es, tail...), tnext
-		if r = ReplayOnto(base, es); r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
+		after = tnext
+		if r = rp.Result(); r.Owner != w.cfg.Instance && time.Now().Before(r.OwnerUntil) {
 			return &ownedError{owner: r.Owner, until: r.OwnerUntil}
 		}
 	}
@@ -576,7 +588,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	w.m.load(time.Since(start), from > 0)
 	phases.log(w.log, p.topic, partition)
 	w.log.Info("mirror partition loaded", zap.String("topic", p.topic), zap.Int32("partition", partition),
-		zap.Int64("snapshot_at", from), zap.Int("ledger_entries_read", len(es)), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
+		zap.Int64("snapshot_at", from), zap.Int("ledger_entries_read", r.Entries-base.Entries), zap.Int64("next", p.st.Next), zap.Int("pending", len(p.st.Pending)))
 	return nil
 }
 

@@ -326,30 +326,30 @@ func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, 
 	return out, next, nil
 }
 
-// ReadWhole returns every entry of a partition's ledger and the ledger offset to read from
-// next time, or an error wrapping rawread.ErrGone when the ledger no longer starts at 0 (it
-// was trimmed below a snapshot, before or during the read): a replay that needs the whole
-// history learns from the read itself that it has it.
-func (l *Ledger) ReadWhole(ctx context.Context, topicID string, partition int32) ([]Entry, int64, error) {
+// ScanWhole hands every entry of a partition's ledger to fn as it is read and returns the
+// ledger offset to read from next time, or an error wrapping rawread.ErrGone when the ledger
+// no longer starts at 0 (it was trimmed below a snapshot, before or during the read): a replay
+// that needs the whole history learns from the read itself that it has it. An error of fn
+// stops the read and is returned as it is.
+func (l *Ledger) ScanWhole(ctx context.Context, topicID string, partition int32, fn func(Entry) error) (int64, error) {
 	topic := Topic(topicID)
-	var out []Entry
 	var fnErr error
 	next, err := l.meta.EachExact(ctx, l.cl, topic, partition, 0, -1, func(r *kgo.Record) error {
 		e, err := Decode(r.Value)
 		if err != nil {
 			fnErr = fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
-			return fnErr
+		} else {
+			fnErr = fn(e)
 		}
-		out = append(out, e)
-		return nil
+		return fnErr
 	})
 	switch {
 	case fnErr != nil:
-		return nil, 0, fnErr
+		return 0, fnErr
 	case err != nil:
-		return nil, 0, fmt.Errorf("ledger: %w", err)
+		return 0, fmt.Errorf("ledger: %w", err)
 	}
-	return out, next, nil
+	return next, nil
 }
 
 // Scan hands the entries of a partition's ledger from ledger offset from up to to (exclusive;

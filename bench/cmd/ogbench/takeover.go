@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,8 +24,20 @@ func takeover(args []string) error {
 	entries := fs.String("entries", "100000,1000000", "ledger entries of the mirror partition, comma separated")
 	out := fs.String("out", reportPath("takeover", false), "JSON report")
 	_ = fs.String("offsetgate", "", "ignored (the writers run in this process)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (generation, takeovers, views) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var sizes []int
 	for _, s := range strings.Split(*entries, ",") {
