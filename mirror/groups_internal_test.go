@@ -38,3 +38,22 @@ func TestCoordinated(t *testing.T) {
 		t.Fatal("coordinatorBusy misjudged a plain error")
 	}
 }
+
+// One process of a mirror group copies the consumer groups' offsets: the one the group gave
+// partition 0 of the first topic (by name) it mirrors, for every topic, whatever order the
+// client lists them in.
+func TestGroupCopierOf(t *testing.T) {
+	held := map[string]map[int32]bool{"b": {0: true}, "a": {1: true}}
+	holds := func(topic string, p int32) bool { return held[topic][p] }
+	if _, ok := copierOf([]string{"b", "a"}, holds); ok {
+		t.Fatal("a process without partition 0 of the first topic copies")
+	}
+	held["a"][0] = true
+	topics, ok := copierOf([]string{"b", "a"}, holds)
+	if !ok || len(topics) != 2 || topics[0] != "a" || topics[1] != "b" {
+		t.Fatalf("the holder of a[0]: %v %v", topics, ok)
+	}
+	if _, ok := copierOf(nil, holds); ok {
+		t.Fatal("a process that mirrors nothing yet copies")
+	}
+}

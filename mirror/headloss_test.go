@@ -101,7 +101,7 @@ func TestVerifyReportsHeadLoss(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mirror.FollowLogStart(ctx, scl, pcl, []string{topic}); err != nil {
+	if _, err := mirror.FollowLogStart(ctx, scl, pcl, []string{topic}, nil); err != nil {
 		t.Fatal(err)
 	}
 	dadm, err := e.pair.Dest.Admin()

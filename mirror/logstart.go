@@ -13,8 +13,10 @@ import (
 
 // FollowLogStart moves each mirror partition's log start up to the source's (retention or
 // DeleteRecords on the source), with DeleteRecords through offsetgate in source offsets, never
-// beyond what is mirrored. It returns the partitions it moved.
-func FollowLogStart(ctx context.Context, src, px *kgo.Client, topics []string) (map[string]map[int32]int64, error) {
+// beyond what is mirrored. holds, when not nil, says which partitions of the topics are this
+// process's to follow (a mirror group's member follows its own). It returns the partitions it
+// moved.
+func FollowLogStart(ctx context.Context, src, px *kgo.Client, topics []string, holds func(topic string, partition int32) bool) (map[string]map[int32]int64, error) {
 	sadm, padm := kadm.NewClient(src), kadm.NewClient(px)
 	topics, err := sameSource(ctx, sadm, padm, topics)
 	if err != nil {
@@ -37,7 +39,7 @@ func FollowLogStart(ctx context.Context, src, px *kgo.Client, topics []string) (
 	}
 	del := kadm.Offsets{}
 	sstart.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
+		if o.Err != nil || (holds != nil && !holds(o.Topic, o.Partition)) {
 			return
 		}
 		cur, ok1 := pstart.Lookup(o.Topic, o.Partition)

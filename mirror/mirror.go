@@ -232,6 +232,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		defer mirroredMu.Unlock()
 		return append([]string(nil), mirrored...)
 	}
+	var member *groupMember // a mirror group's: which partitions this process holds
 	if cfg.MirrorGroup != "" {
 		// The group assigns the partitions; its member ends before the engine (deferred
 		// after it), so the partitions it held are released with their writes complete.
@@ -260,7 +261,8 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 			}
 			return pr, nil
 		}
-		member, err := joinGroup(ectx, cfg, eng, cfg.Topics, prepare)
+		var err error
+		member, err = joinGroup(ectx, cfg, eng, cfg.Topics, prepare)
 		if err != nil {
 			return Summary{Elapsed: time.Since(start)}, err
 		}
@@ -283,7 +285,15 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 		if cfg.Groups == nil {
 			return nil
 		}
-		res, err := CopyGroups(cctx, src, px, cfg.Groups, mirroredNow())
+		topics := mirroredNow()
+		if member != nil {
+			// One process of a mirror group copies for all of them.
+			var copier bool
+			if topics, copier = member.groupCopier(); !copier {
+				return nil
+			}
+		}
+		res, err := CopyGroups(cctx, src, px, cfg.Groups, topics)
 		if cfg.Progress != nil {
 			for _, g := range res {
 				switch {
@@ -418,7 +428,12 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
 					}
 					// The source's retention moves its log start: the mirror's follows.
-					moved, err := FollowLogStart(gctx, src, px, mirroredNow())
+					topics, holds := mirroredNow(), func(string, int32) bool { return true }
+					if member != nil {
+						// Each process of a mirror group follows the partitions it holds.
+						topics, holds = member.ownedTopics(), member.holds
+					}
+					moved, err := FollowLogStart(gctx, src, px, topics, holds)
 					if cfg.Progress != nil && gctx.Err() == nil {
 						if err != nil {
 							fmt.Fprintf(cfg.Progress, "following the source's log start: %v\n", err)
@@ -444,7 +459,7 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	if !cfg.follow {
 		// The mirror starts where the source's first batch starts, which may hold offsets
 		// below the source's log start: the mirror's log start is set to the source's.
-		if _, err := FollowLogStart(ctx, src, px, cfg.Topics); err != nil {
+		if _, err := FollowLogStart(ctx, src, px, cfg.Topics, nil); err != nil {
 			return sum, fmt.Errorf("following the source's log start: %w", err)
 		}
 		if err := copyGroups(ctx); err != nil {

@@ -33,7 +33,8 @@ type groupMember struct {
 	cl      *kgo.Client
 
 	mu      sync.Mutex
-	pending map[string][]int32 // assigned, not started yet (the positions could not be read)
+	pending map[string][]int32        // assigned, not started yet (the positions could not be read)
+	owned   map[string]map[int32]bool // assigned and not released: the group's word, started or not
 
 	jobs chan func()
 	stop chan struct{}
@@ -44,7 +45,7 @@ type groupMember struct {
 // source topic matching it) and starts the partitions the group assigns to it.
 func joinGroup(ctx context.Context, cfg Config, eng *engine, topics []string,
 	prepare func(ctx context.Context, topic string, need int32) (prepared, error)) (*groupMember, error) {
-	m := &groupMember{cfg: cfg, eng: eng, prepare: prepare, pending: map[string][]int32{},
+	m := &groupMember{cfg: cfg, eng: eng, prepare: prepare, pending: map[string][]int32{}, owned: map[string]map[int32]bool{},
 		jobs: make(chan func(), 64), stop: make(chan struct{}), done: make(chan struct{})}
 	session := cfg.GroupSessionTimeout
 	if session <= 0 {
@@ -96,6 +97,12 @@ func (m *groupMember) assigned(_ context.Context, cl *kgo.Client, assigned map[s
 	m.mu.Lock()
 	for topic, nums := range assigned {
 		m.pending[topic] = append(m.pending[topic], nums...)
+		if m.owned[topic] == nil {
+			m.owned[topic] = map[int32]bool{}
+		}
+		for _, n := range nums {
+			m.owned[topic][n] = true
+		}
 	}
 	m.mu.Unlock()
 	m.send(func() {})
@@ -109,6 +116,10 @@ func (m *groupMember) released(parts map[string][]int32, why string) {
 		drop := map[int32]bool{}
 		for _, n := range nums {
 			drop[n] = true
+			delete(m.owned[topic], n)
+		}
+		if len(m.owned[topic]) == 0 {
+			delete(m.owned, topic)
 		}
 		var keep []int32
 		for _, n := range m.pending[topic] {
@@ -141,6 +152,44 @@ func (m *groupMember) released(parts map[string][]int32, why string) {
 		return
 	}
 	<-finished
+}
+
+// holds reports whether the group has this partition assigned to this process.
+func (m *groupMember) holds(topic string, partition int32) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.owned[topic][partition]
+}
+
+// ownedTopics lists the topics of which this process holds partitions.
+func (m *groupMember) ownedTopics() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.owned))
+	for t := range m.owned {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// groupCopier says whether this process copies the consumer groups' offsets for the whole
+// mirror group (Config.Groups), and for which topics: every topic the group mirrors, by the
+// process that holds partition 0 of the first of them. Each process reading every source
+// group on every pass multiplied the same reads, and the same idempotent commits, by the
+// group's size. During a rebalance there may be no such process for a pass, or briefly two
+// (the copy never moves a group backwards, so two copies are one).
+func (m *groupMember) groupCopier() ([]string, bool) {
+	return copierOf(m.cl.GetConsumeTopics(), m.holds)
+}
+
+func copierOf(topics []string, holds func(string, int32) bool) ([]string, bool) {
+	if len(topics) == 0 {
+		return nil, false
+	}
+	topics = append([]string(nil), topics...)
+	sort.Strings(topics)
+	return topics, holds(topics[0], 0)
 }
 
 // send queues a job for the worker; false once the worker has stopped.

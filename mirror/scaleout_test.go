@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"offsetgate/internal/testkafka"
@@ -34,6 +35,16 @@ func TestMirrorGroupShares(t *testing.T) {
 	same := func() bool {
 		return fmt.Sprint(count(ctx, t, s, topic)) == fmt.Sprint(count(ctx, t, e.pair.Dest, topic))
 	}
+	// A consumer group of the source with offsets on every partition: one process of the
+	// mirror group copies them (groupCopier), for all partitions.
+	app := prefix + "-app"
+	appOffsets := kadm.Offsets{}
+	for p := int32(0); p < parts; p++ {
+		appOffsets.Add(kadm.Offset{Topic: topic, Partition: p, At: int64(p % 40), LeaderEpoch: -1})
+	}
+	if _, err := kadm.NewClient(e.srcClient(t)).CommitOffsets(ctx, app, appOffsets); err != nil {
+		t.Fatal(err)
+	}
 
 	type member struct {
 		progress *syncBuf
@@ -46,6 +57,7 @@ func TestMirrorGroupShares(t *testing.T) {
 		cfg := e.mirrorConfig(topic)
 		cfg.Parallel, cfg.Progress, cfg.ProgressEvery = 2, m.progress, time.Second
 		cfg.MirrorGroup, cfg.GroupSessionTimeout, cfg.GroupInterval = prefix+"-mirrors", 6*time.Second, time.Second
+		cfg.Groups = regexp.MustCompile("^" + regexp.QuoteMeta(app) + "$")
 		go func() { _, err := mirror.Follow(mctx, cfg); m.done <- err }()
 		return m
 	}
@@ -131,6 +143,46 @@ func TestMirrorGroupShares(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+
+	pcl := kadm.NewClient(e.proxyClient(t))
+	waitFor("the group's offsets copied for every partition", 60*time.Second, func() bool {
+		got, err := pcl.FetchOffsets(ctx, app)
+		if err != nil {
+			return false
+		}
+		for p := int32(0); p < parts; p++ {
+			o, ok := got.Lookup(topic, p)
+			if !ok || o.Err != nil || o.At != int64(p%40) {
+				return false
+			}
+		}
+		return true
+	})
+	copiers := 0
+	for _, m := range members {
+		if strings.Contains(m.progress.String(), "group "+app+": ") {
+			copiers++
+		}
+	}
+	if copiers != 1 {
+		t.Fatalf("%d members copied group %s's offsets, want 1\n%s", copiers, app, dump())
+	}
+
+	// The source's log start moves: the member holding the partition moves the mirror's.
+	sadm := kadm.NewClient(e.srcClient(t))
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: topic, Partition: 3, At: 10})
+	if _, err := sadm.DeleteRecords(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the mirror's log start follows the source's", 60*time.Second, func() bool {
+		starts, err := pcl.ListStartOffsets(ctx, topic)
+		if err != nil {
+			return false
+		}
+		o, ok := starts.Lookup(topic, 3)
+		return ok && o.Err == nil && o.Offset == 10
+	})
 
 	// One member leaves while the source is written to: the others take its partitions.
 	gone := members[0]
