@@ -426,12 +426,13 @@ func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 			found[*t.Topic] = t.TopicID
 		}
 	}
+	var held map[string]string
 	for {
 		if err := c.Sync(ctx); err != nil {
 			return err
 		}
 		c.mu.RLock()
-		held := c.heldBack(found, time.Now())
+		held = c.heldBack(found, time.Now())
 		c.mu.RUnlock()
 		if len(held) == 0 || len(names) == 0 {
 			break
@@ -442,14 +443,9 @@ func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	c.mu.RLock()
-	now := time.Now()
-	for name, id := range found {
-		if _, held := c.creating(name, now); held && c.marks[id] == nil {
-			delete(found, name)
-		}
+	for name := range held {
+		delete(found, name)
 	}
-	c.mu.RUnlock()
 	for name, id := range found {
 		c.learn(name, id)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -132,22 +133,30 @@ func (c *Catalog) WithdrawIntent(ctx context.Context, key string) error {
 	return nil
 }
 
-// heldBack lists, of the names a lookup found on the destination, those that have no mark and
-// a live intent, each with who creates it. The caller holds the lock.
-func (c *Catalog) heldBack(found map[string]TopicID, now time.Time) []string {
-	var out []string
+// heldBack returns, of the names a lookup found on the destination, those that have no mark
+// and a live intent, each with who creates it. The caller holds the lock.
+func (c *Catalog) heldBack(found map[string]TopicID, now time.Time) map[string]string {
+	var out map[string]string
 	for name, id := range found {
 		if c.marks[id] != nil {
 			continue
 		}
 		if in, ok := c.creating(name, now); ok {
-			out = append(out, fmt.Sprintf("%s (by %s)", name, in.By))
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[name] = in.By
 		}
 	}
 	return out
 }
 
 // errHeldBack says which names a lookup waited for.
-func errHeldBack(names []string, err error) error {
+func errHeldBack(held map[string]string, err error) error {
+	var names []string
+	for name, by := range held {
+		names = append(names, fmt.Sprintf("%s (by %s)", name, by))
+	}
+	sort.Strings(names)
 	return fmt.Errorf("catalog: %s being created as mirror topics, their marks not stored yet: %w", strings.Join(names, ", "), err)
 }
