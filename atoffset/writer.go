@@ -430,23 +430,21 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 	// absent (or not read) may be there on the next look.
 	p.snapshotStored()
 	base, from, final, snapErr := w.lastSnapshot(ctx, p, partition)
-	// read replays the ledger onto base from a snapshot's offset on, or whole, as it arrives; a
-	// whole read proves by itself that the ledger still starts at 0 (ledger.ScanWhole), and
-	// only one that finds it trimmed asks where it starts, to say whether reading again can
-	// help.
-	read := func(base Replayed, from int64) (*Replayer, int64, error) {
-		rp := NewReplayer(base)
+	// read replays the ledger onto base (into rp) from a snapshot's offset on, or whole, as it
+	// arrives; a whole read proves by itself that the ledger still starts at 0
+	// (ledger.ScanWhole), and only one that finds it trimmed asks where it starts, to say
+	// whether reading again can help.
+	var rp *Replayer
+	add := func(_ int64, e ledger.Entry) error {
+		rp.Add(e)
+		return nil
+	}
+	read := func(base Replayed, from int64) (int64, error) {
+		rp = NewReplayer(base)
 		if from > 0 {
-			next, err := w.ledger.Scan(ctx, p.id, partition, from, -1, func(_ int64, e ledger.Entry) error {
-				rp.Add(e)
-				return nil
-			})
-			return rp, next, err
+			return w.ledger.Scan(ctx, p.id, partition, from, -1, add)
 		}
-		next, err := w.ledger.ScanWhole(ctx, p.id, partition, func(e ledger.Entry) error {
-			rp.Add(e)
-			return nil
-		})
+		next, err := w.ledger.ScanWhole(ctx, p.id, partition, add)
 		switch {
 		case err != nil && snapErr != nil:
 			// A ledger never trimmed is enough alone; one trimmed needs the snapshot, so the
@@ -460,10 +458,10 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		case err == nil && snapErr != nil:
 			w.log.Warn("snapshot not read: the whole ledger was read", zap.String("topic", p.topic), zap.Int32("partition", partition), zap.Error(snapErr))
 		}
-		return rp, next, err
+		return next, err
 	}
 	phases.mark(&phases.snapshot)
-	rp, next, err := read(base, from)
+	next, err := read(base, from)
 	if err == nil && from > 0 && next < from {
 		err = BeyondEnd(ctx, w.cl, p.id, partition, from, next)
 		if err == nil {
@@ -471,7 +469,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 			w.log.Warn("snapshot beyond the ledger's end: reading the whole ledger", zap.String("topic", p.topic),
 				zap.Int32("partition", partition), zap.Int64("snapshot_at", from), zap.Int64("ledger_end", next))
 			base, from, final = Replayed{State: State{Next: -1, Epoch: -1}}, 0, true
-			rp, next, err = read(base, 0)
+			next, err = read(base, 0)
 		}
 	}
 	if err != nil {
@@ -514,10 +512,7 @@ func (w *Writer) load(ctx context.Context, p *part, partition int32) error {
 		return err
 	}
 	if at != next {
-		tnext, err := w.ledger.Scan(ctx, p.id, partition, next, -1, func(_ int64, e ledger.Entry) error {
-			rp.Add(e)
-			return nil
-		})
+		tnext, err := w.ledger.Scan(ctx, p.id, partition, next, -1, add)
 		if err != nil {
 			return err
 		}

@@ -406,25 +406,9 @@ func (c *Catalog) Mirrors() []Topic {
 // others and leaves those unconfirmed (an instance starting while a creator that stopped
 // mid-creation left an intent must not wait for it). It blocks.
 func (c *Catalog) Refresh(ctx context.Context, names []string) error {
-	req := kmsg.NewPtrMetadataRequest()
-	if len(names) == 0 {
-		req.Topics = nil
-	} else {
-		for _, n := range names {
-			t := kmsg.NewMetadataRequestTopic()
-			t.Topic = kmsg.StringPtr(n)
-			req.Topics = append(req.Topics, t)
-		}
-	}
-	resp, err := req.RequestWith(ctx, c.cl)
+	found, err := TopicIDs(ctx, c.Request, names)
 	if err != nil {
-		return fmt.Errorf("catalog: metadata: %w", err)
-	}
-	found := map[string]TopicID{}
-	for _, t := range resp.Topics {
-		if t.Topic != nil && t.ErrorCode == 0 {
-			found[*t.Topic] = t.TopicID
-		}
+		return err
 	}
 	var held map[string]string
 	for {
@@ -450,6 +434,32 @@ func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 		c.learn(name, id)
 	}
 	return nil
+}
+
+// TopicIDs asks the destination (through send) for the ids of these topics, all topics when
+// names is empty; a topic the destination does not show is left out.
+func TopicIDs(ctx context.Context, send func(context.Context, kmsg.Request) (kmsg.Response, error), names []string) (map[string]TopicID, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	if len(names) == 0 {
+		req.Topics = nil
+	} else {
+		for _, n := range names {
+			t := kmsg.NewMetadataRequestTopic()
+			t.Topic = kmsg.StringPtr(n)
+			req.Topics = append(req.Topics, t)
+		}
+	}
+	kr, err := send(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: metadata: %w", err)
+	}
+	ids := map[string]TopicID{}
+	for _, t := range kr.(*kmsg.MetadataResponse).Topics {
+		if t.Topic != nil && t.ErrorCode == 0 {
+			ids[*t.Topic] = t.TopicID
+		}
+	}
+	return ids, nil
 }
 
 // Store writes a mark (or its removal) durably and applies it here at once.

@@ -94,14 +94,6 @@ func (c *Catalog) creating(name string, now time.Time) (intent, bool) {
 	return intent{}, false
 }
 
-// Creating reports whether a topic of this name is being created as a mirror topic.
-func (c *Catalog) Creating(name string) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	_, ok := c.creating(name, time.Now())
-	return ok
-}
-
 // StoreIntent records durably that a mirror topic of this name is about to be created by who,
 // and applies it here at once. The intent returned is withdrawn with WithdrawIntent once the
 // mark is stored or the creation failed.

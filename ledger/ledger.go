@@ -326,12 +326,12 @@ func (l *Ledger) ReadFrom(ctx context.Context, topicID string, partition int32, 
 	return out, next, nil
 }
 
-// ScanWhole hands every entry of a partition's ledger to fn as it is read and returns the
+// ScanWhole hands every entry of a partition's ledger to fn as it is read (as Scan does) and returns the
 // ledger offset to read from next time, or an error wrapping rawread.ErrGone when the ledger
 // no longer starts at 0 (it was trimmed below a snapshot, before or during the read): a replay
 // that needs the whole history learns from the read itself that it has it. An error of fn
 // stops the read and is returned as it is.
-func (l *Ledger) ScanWhole(ctx context.Context, topicID string, partition int32, fn func(Entry) error) (int64, error) {
+func (l *Ledger) ScanWhole(ctx context.Context, topicID string, partition int32, fn func(offset int64, e Entry) error) (int64, error) {
 	topic := Topic(topicID)
 	var fnErr error
 	next, err := l.meta.EachExact(ctx, l.cl, topic, partition, 0, -1, func(r *kgo.Record) error {
@@ -339,7 +339,7 @@ func (l *Ledger) ScanWhole(ctx context.Context, topicID string, partition int32,
 		if err != nil {
 			fnErr = fmt.Errorf("ledger: %s[%d] at ledger offset %d: %w", topic, partition, r.Offset, err)
 		} else {
-			fnErr = fn(e)
+			fnErr = fn(r.Offset, e)
 		}
 		return fnErr
 	})

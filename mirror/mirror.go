@@ -428,7 +428,8 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 						fmt.Fprintf(cfg.Progress, "copying group offsets: %v\n", err)
 					}
 					// The source's retention moves its log start: the mirror's follows.
-					topics, holds := mirroredNow(), func(string, int32) bool { return true }
+					topics := mirroredNow()
+					var holds func(string, int32) bool // every partition
 					if member != nil {
 						// Each process of a mirror group follows the partitions it holds.
 						topics, holds = member.ownedTopics(), member.holds

@@ -176,8 +176,9 @@ func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopics
 	}
 	var ids map[string]catalog.TopicID
 	if len(unnamed) > 0 && !req.ValidateOnly {
-		// Not Refresh: it waits for these very names' marks.
-		ids = topicIDs(ctx, cat, unnamed)
+		// Not Refresh: it waits for these very names' marks. A failed lookup leaves the ids
+		// unknown, which the answer says below.
+		ids, _ = catalog.TopicIDs(ctx, cat.Request, unnamed)
 	}
 	for i := range resp.Topics {
 		t := &resp.Topics[i]
@@ -200,28 +201,6 @@ func createMirrorTopics(ctx context.Context, cat Catalog, req *kmsg.CreateTopics
 		}
 	}
 	return *resp
-}
-
-// topicIDs asks the destination for the ids of topics a CreateTopics answer of an old version
-// did not give.
-func topicIDs(ctx context.Context, cat Catalog, names []string) map[string]catalog.TopicID {
-	req := kmsg.NewPtrMetadataRequest()
-	for _, n := range names {
-		t := kmsg.NewMetadataRequestTopic()
-		t.Topic = kmsg.StringPtr(n)
-		req.Topics = append(req.Topics, t)
-	}
-	ids := map[string]catalog.TopicID{}
-	kr, err := cat.Request(ctx, req)
-	if err != nil {
-		return ids
-	}
-	for _, t := range kr.(*kmsg.MetadataResponse).Topics {
-		if t.Topic != nil && t.ErrorCode == 0 {
-			ids[*t.Topic] = t.TopicID
-		}
-	}
-	return ids
 }
 
 func spliceCreateTopics(resp *kmsg.CreateTopicsResponse, refused []topicRefusal) {
