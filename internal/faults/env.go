@@ -144,6 +144,9 @@ mirroring:
 log: {level: info, format: json}
 `, e.ogListen, aliasHost, strings.Join(e.dst.AliasAddrs(), ", "), e.ogAdmin, cfg.Lease,
 		e.server.CertFile, e.server.KeyFile, e.certs.CA.CertFile)
+	if extra := strings.TrimSpace(cfg.ServeYAML); extra != "" {
+		conf += extra + "\n"
+	}
 	confPath := filepath.Join(dir, "offsetgate.yaml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err

@@ -63,6 +63,9 @@ type Config struct {
 	// source (default 200).
 	Partitions int32
 	Rate       int
+	// ServeYAML is more lines of offsetgate's configuration (for instance
+	// "ledger_acks: leader"), appended to the campaign's own.
+	ServeYAML string
 	// Recovery is how long the system may take to recover from a fault before it counts
 	// as a failure (default 3 minutes).
 	Recovery time.Duration
