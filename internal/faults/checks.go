@@ -30,7 +30,7 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	for _, topic := range []string{e.topic, e.txnTopic} {
-		code, out, errOut := e.command(vctx, "verify", "--source", e.src.Bootstrap(), "--proxy", e.ogListen, "--topic", topic,
+		code, out, errOut := e.command(vctx, "verify", "--source", e.src.Bootstrap(), "--proxy", e.ogs[0].listen, "--topic", topic,
 			"--json", "--tls-ca", e.certs.CA.CertFile)
 		var lines []struct {
 			Partition      int32  `json:"partition"`
@@ -55,7 +55,7 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 		}
 	}
 
-	code, out, errOut := e.command(vctx, "status", "--proxy", e.ogListen, "--source", e.src.Bootstrap(), "--json",
+	code, out, errOut := e.command(vctx, "status", "--proxy", e.ogs[0].listen, "--source", e.src.Bootstrap(), "--json",
 		"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile)
 	var st []mirror.PartitionStatus
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
@@ -79,21 +79,23 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 		}
 	}
 
-	m, err := scrape(ctx, "http://"+e.mrMetrics+"/metrics")
-	switch {
-	case err != nil:
-		o.Failures = append(o.Failures, "the mirror's metrics: "+err.Error())
-	default:
-		stopped := 0
+	stopped := 0
+	for _, mr := range e.mrs {
+		m, err := scrape(ctx, mr.metrics)
+		if err != nil {
+			stopped++
+			o.Failures = append(o.Failures, mr.name+"'s metrics: "+err.Error())
+			continue
+		}
 		for k, v := range m {
 			if strings.HasPrefix(k, "offsetgate_mirror_client_stopped{") && v != 0 {
 				stopped++
-				o.Failures = append(o.Failures, "the mirror stopped "+k)
+				o.Failures = append(o.Failures, mr.name+" stopped "+k)
 			}
 		}
-		if stopped == 0 {
-			o.Held = append(o.Held, "the mirror stopped no partition")
-		}
+	}
+	if stopped == 0 {
+		o.Held = append(o.Held, "the mirror stopped no partition")
 	}
 }
 
@@ -175,11 +177,7 @@ func (c *campaign) look(ctx context.Context, p *proc) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	url := "http://" + c.e.ogAdmin + "/metrics"
-	if p == c.e.mr {
-		url = "http://" + c.e.mrMetrics + "/metrics"
-	}
-	m, err := scrape(ctx, url)
+	m, err := scrape(ctx, p.metrics)
 	if err != nil {
 		return sample{}, err
 	}
@@ -208,7 +206,7 @@ func (c *campaign) warmBaseline(ctx context.Context) {
 		if sleep(ctx, 5*time.Second) != nil {
 			return
 		}
-		for _, p := range []*proc{c.e.og, c.e.mr} {
+		for _, p := range c.e.procs() {
 			ls := c.rep.Leaks[fmt.Sprintf("%s#%d", p.name, p.life())]
 			if ls == nil {
 				continue
@@ -228,7 +226,7 @@ func (c *campaign) warmBaseline(ctx context.Context) {
 // 30 s, and what it still holds then is reported as a leak.
 func (c *campaign) sampleLeaks(ctx context.Context, label string, survivors []*proc) []string {
 	var leaks []string
-	for _, p := range []*proc{c.e.og, c.e.mr} {
+	for _, p := range c.e.procs() {
 		s, err := c.look(ctx, p)
 		if err != nil {
 			c.e.logf("leak check of %s: %v", p.name, err)

@@ -36,22 +36,47 @@ type env struct {
 	txnTopic string // written by a transactional producer, read at read_committed
 
 	src, dst *testkafka.Cluster
-	// dstLinks stand between offsetgate and the destination's brokers (one per broker),
-	// ogLinks between the mirror and offsetgate (bootstrap and each broker listener).
+	// dstLinks stand between the offsetgate instances and the destination's brokers (one per
+	// broker), ogLinks between the mirrors and offsetgate (each instance's bootstrap and broker
+	// listeners).
 	dstLinks, ogLinks []*relay.Relay
 
 	certs          *testcerts.Set
 	server, mirror *testcerts.KeyPair
 
-	ogListen  string // offsetgate's bootstrap on 127.0.0.1
-	ogAlias   string // the same through its relay on aliasHost
-	ogAdmin   string
-	mrMetrics string
-
-	og, mr *proc
+	// ogs are the offsetgate instances in front of the destination, mrs the mirror processes:
+	// mirror i writes through instance i; with more than one they form a mirror group.
+	ogs []*instance
+	mrs []*proc
 
 	srcAdm, dstAdm *kadm.Client
 	srcCl, dstCl   *kgo.Client
+}
+
+// instance is one offsetgate process and its addresses.
+type instance struct {
+	*proc
+	listen string // bootstrap on 127.0.0.1
+	alias  string // the same through its relay on aliasHost
+	admin  string
+}
+
+// procs is every process of the campaign: the mirrors first, so that stopping them in this
+// order leaves no mirror writing to a stopped instance.
+func (e *env) procs() []*proc {
+	out := append([]*proc{}, e.mrs...)
+	for _, o := range e.ogs {
+		out = append(out, o.proc)
+	}
+	return out
+}
+
+// named is n with the index of the process appended when the campaign runs several.
+func (e *env) named(n string, i int) string {
+	if e.cfg.Instances > 1 {
+		return fmt.Sprintf("%s-%d", n, i)
+	}
+	return n
 }
 
 func (e *env) logf(format string, a ...any) {
@@ -107,66 +132,44 @@ func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
 		return nil, err
 	}
 
-	base, err := ports.Block(4)
-	if err != nil {
-		return nil, err
-	}
-	admin, err := ports.One()
-	if err != nil {
-		return nil, err
-	}
-	metrics, err := ports.One()
-	if err != nil {
-		return nil, err
-	}
-	e.ogListen = "127.0.0.1:" + strconv.Itoa(base)
-	e.ogAlias = aliasHost + ":" + strconv.Itoa(base)
-	e.ogAdmin = "127.0.0.1:" + strconv.Itoa(admin)
-	e.mrMetrics = "127.0.0.1:" + strconv.Itoa(metrics)
-	// offsetgate's broker listeners are port+1+node id.
-	for _, p := range []int{base, base + 2, base + 3} {
-		r, err := relay.Listen(aliasHost+":"+strconv.Itoa(p), "127.0.0.1:"+strconv.Itoa(p), true)
-		if err != nil {
-			return nil, fmt.Errorf("relay to offsetgate's port %d: %w", p, err)
+	for i := 0; i < cfg.Instances; i++ {
+		if err := e.addInstance(i); err != nil {
+			return nil, err
 		}
-		e.ogLinks = append(e.ogLinks, r)
 	}
-	conf := fmt.Sprintf(`listen: %s
-advertise: %s
-bootstrap: [%s]
-admin: %s
-instance_id: faults-offsetgate
-ownership_lease: %s
-tls:
-  listener: {cert_file: %s, key_file: %s, client_ca_file: %s, client_auth: request}
-mirroring:
-  clients: [{tls_san: "URI:spiffe://faults/mirror", topics: ["faults-*"]}]
-log: {level: info, format: json}
-`, e.ogListen, aliasHost, strings.Join(e.dst.AliasAddrs(), ", "), e.ogAdmin, cfg.Lease,
-		e.server.CertFile, e.server.KeyFile, e.certs.CA.CertFile)
-	if extra := strings.TrimSpace(cfg.ServeYAML); extra != "" {
-		conf += extra + "\n"
+	for i := 0; i < cfg.Instances; i++ {
+		metrics, err := ports.One()
+		if err != nil {
+			return nil, err
+		}
+		args := []string{"mirror",
+			"--source", e.src.Bootstrap(), "--proxy", e.ogs[i].alias, "--topics", e.topic + "," + e.txnTopic, "--replication-factor", "2",
+			"--group-interval", "1s", "--progress", "lines", "--max-bytes", "262144", "--metrics", "127.0.0.1:" + strconv.Itoa(metrics),
+			"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile}
+		if cfg.Instances > 1 {
+			// The group's session is shorter than a mirror-stop, sometimes: a stopped member's
+			// partitions move to the other, which writes them through its own instance (a
+			// takeover of their ownership).
+			args = append(args, "--mirror-group", "faults-mirrors", "--mirror-group-session", "6s")
+		}
+		e.mrs = append(e.mrs, &proc{name: e.named("mirror", i), bin: cfg.Bin, log: filepath.Join(dir, e.named("mirror", i)+".log"),
+			metrics: "http://127.0.0.1:" + strconv.Itoa(metrics) + "/metrics", args: args})
 	}
-	confPath := filepath.Join(dir, "offsetgate.yaml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	e.og = &proc{name: "offsetgate", bin: cfg.Bin, args: []string{"serve", "--config", confPath}, log: filepath.Join(dir, "offsetgate.log")}
-	e.mr = &proc{name: "mirror", bin: cfg.Bin, log: filepath.Join(dir, "mirror.log"), args: []string{"mirror",
-		"--source", e.src.Bootstrap(), "--proxy", e.ogAlias, "--topics", e.topic + "," + e.txnTopic, "--replication-factor", "2",
-		"--group-interval", "1s", "--progress", "lines", "--max-bytes", "262144", "--metrics", e.mrMetrics,
-		"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile}}
 
 	for _, t := range []string{e.topic, e.txnTopic} {
 		if err := e.src.CreateTopic(ctx, t, cfg.Partitions, 2, nil); err != nil {
 			return nil, err
 		}
 	}
-	if err := e.startOG(ctx); err != nil {
-		return nil, err
+	for _, o := range e.ogs {
+		if err := e.startOG(ctx, o); err != nil {
+			return nil, err
+		}
 	}
-	if err := e.startMirror(ctx); err != nil {
-		return nil, err
+	for _, m := range e.mrs {
+		if err := e.startMirror(ctx, m); err != nil {
+			return nil, err
+		}
 	}
 	// The mirror creates the mirror topic through offsetgate.
 	deadline := time.Now().Add(2 * time.Minute)
@@ -180,7 +183,7 @@ log: {level: info, format: json}
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the mirror did not create %s on the destination (see %s)", e.topic, e.mr.log)
+			return nil, fmt.Errorf("the mirror did not create %s on the destination (see %s)", e.topic, e.mrs[0].log)
 		}
 		select {
 		case <-ctx.Done():
@@ -191,20 +194,68 @@ log: {level: info, format: json}
 	return e, nil
 }
 
-// startOG starts offsetgate and waits until it is ready.
-func (e *env) startOG(ctx context.Context) error {
-	if err := e.og.start(); err != nil {
+// addInstance writes offsetgate instance i's configuration and the relays on the mirror's
+// links to it.
+func (e *env) addInstance(i int) error {
+	cfg := e.cfg
+	base, err := ports.Block(4)
+	if err != nil {
 		return err
 	}
-	return waitHTTP(ctx, "http://"+e.ogAdmin+"/readyz", 2*time.Minute, e.og)
+	admin, err := ports.One()
+	if err != nil {
+		return err
+	}
+	o := &instance{listen: "127.0.0.1:" + strconv.Itoa(base), alias: aliasHost + ":" + strconv.Itoa(base),
+		admin: "127.0.0.1:" + strconv.Itoa(admin)}
+	// offsetgate's broker listeners are port+1+node id.
+	for _, p := range []int{base, base + 2, base + 3} {
+		r, err := relay.Listen(aliasHost+":"+strconv.Itoa(p), "127.0.0.1:"+strconv.Itoa(p), true)
+		if err != nil {
+			return fmt.Errorf("relay to offsetgate's port %d: %w", p, err)
+		}
+		e.ogLinks = append(e.ogLinks, r)
+	}
+	conf := fmt.Sprintf(`listen: %s
+advertise: %s
+bootstrap: [%s]
+admin: %s
+instance_id: %s
+ownership_lease: %s
+tls:
+  listener: {cert_file: %s, key_file: %s, client_ca_file: %s, client_auth: request}
+mirroring:
+  clients: [{tls_san: "URI:spiffe://faults/mirror", topics: ["faults-*"]}]
+log: {level: info, format: json}
+`, o.listen, aliasHost, strings.Join(e.dst.AliasAddrs(), ", "), o.admin, e.named("faults-offsetgate", i), cfg.Lease,
+		e.server.CertFile, e.server.KeyFile, e.certs.CA.CertFile)
+	if extra := strings.TrimSpace(cfg.ServeYAML); extra != "" {
+		conf += extra + "\n"
+	}
+	confPath := filepath.Join(e.dir, e.named("offsetgate", i)+".yaml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	o.proc = &proc{name: e.named("offsetgate", i), bin: cfg.Bin, args: []string{"serve", "--config", confPath},
+		log: filepath.Join(e.dir, e.named("offsetgate", i)+".log"), metrics: "http://" + o.admin + "/metrics"}
+	e.ogs = append(e.ogs, o)
+	return nil
 }
 
-// startMirror starts the mirror and waits until its metrics answer.
-func (e *env) startMirror(ctx context.Context) error {
-	if err := e.mr.start(); err != nil {
+// startOG starts an offsetgate instance and waits until it is ready.
+func (e *env) startOG(ctx context.Context, o *instance) error {
+	if err := o.start(); err != nil {
 		return err
 	}
-	return waitHTTP(ctx, "http://"+e.mrMetrics+"/metrics", time.Minute, e.mr)
+	return waitHTTP(ctx, "http://"+o.admin+"/readyz", 2*time.Minute, o.proc)
+}
+
+// startMirror starts a mirror process and waits until its metrics answer.
+func (e *env) startMirror(ctx context.Context, m *proc) error {
+	if err := m.start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, m.metrics, time.Minute, m)
 }
 
 func waitHTTP(ctx context.Context, url string, d time.Duration, p *proc) error {
@@ -233,10 +284,10 @@ func waitHTTP(ctx context.Context, url string, d time.Duration, p *proc) error {
 	}
 }
 
-// consumerOpts are the options of a client reading through offsetgate: TLS without a client
-// certificate, and a dialer that reaches offsetgate's listeners on 127.0.0.1 directly, not
-// through the relays on the mirror's link.
-func (e *env) consumerOpts() []kgo.Opt {
+// consumerOpts are the options of a client reading through offsetgate instance i (of those
+// there are, counted round): TLS without a client certificate, and a dialer that reaches
+// offsetgate's listeners on 127.0.0.1 directly, not through the relays on the mirror's link.
+func (e *env) consumerOpts(i int) []kgo.Opt {
 	tc := e.certs.ClientTLS(nil)
 	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
 		h, p, err := net.SplitHostPort(host)
@@ -256,26 +307,24 @@ func (e *env) consumerOpts() []kgo.Opt {
 		cfg.ServerName = h
 		return tls.Client(c, cfg), nil
 	}
-	return []kgo.Opt{kgo.SeedBrokers(e.ogListen), kgo.Dialer(dial), kgo.MetadataMinAge(500 * time.Millisecond)}
+	return []kgo.Opt{kgo.SeedBrokers(e.ogs[i%len(e.ogs)].listen), kgo.Dialer(dial), kgo.MetadataMinAge(500 * time.Millisecond)}
 }
 
-// fromStart is a client reading every partition of topic through offsetgate from the start,
-// keeping its own positions (no group).
-func (e *env) fromStart(topic string, opts ...kgo.Opt) (*kgo.Client, error) {
+// fromStart is a client reading every partition of topic through offsetgate instance i from
+// the start, keeping its own positions (no group).
+func (e *env) fromStart(i int, topic string, opts ...kgo.Opt) (*kgo.Client, error) {
 	parts := map[int32]kgo.Offset{}
 	for p := int32(0); p < e.cfg.Partitions; p++ {
 		parts[p] = kgo.NewOffset().AtStart()
 	}
-	opts = append(append(e.consumerOpts(), opts...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}))
+	opts = append(append(e.consumerOpts(i), opts...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}))
 	return kgo.NewClient(opts...)
 }
 
 // close stops everything the campaign started.
 func (e *env) close() {
-	for _, p := range []*proc{e.mr, e.og} {
-		if p != nil {
-			p.kill()
-		}
+	for _, p := range e.procs() {
+		p.kill()
 	}
 	for _, r := range append(append([]*relay.Relay{}, e.dstLinks...), e.ogLinks...) {
 		r.Close()

@@ -16,6 +16,10 @@
 //   - no goroutine, connection or file descriptor leaked in the processes that lived through
 //     the fault.
 //
+// With Config.Instances above one the campaign runs that many offsetgate instances in front of
+// the destination and as many mirror processes in one mirror group, and its process faults hit
+// one of them: ownership moves between live instances when the group moves partitions.
+//
 // Every fault has a seed of its own, which picks its kind and its parameters; the campaign's
 // seed picks the faults' seeds. A report (docs/reliability.md) gives, per kind, how often it
 // ran, how long recovery took, what held, what failed, and the seeds to replay a failure.
@@ -63,6 +67,11 @@ type Config struct {
 	// source (default 200).
 	Partitions int32
 	Rate       int
+	// Instances is the number of offsetgate instances in front of the destination and of
+	// mirror processes (default 1). With more than one, mirror i writes through instance i,
+	// the mirrors share the partitions as a mirror group (--mirror-group), the consumers read
+	// through different instances, and the process faults hit one of them at random.
+	Instances int
 	// ServeYAML is more lines of offsetgate's configuration (for instance
 	// "ledger_acks: leader"), appended to the campaign's own.
 	ServeYAML string
@@ -84,6 +93,9 @@ func (c *Config) defaults() {
 	}
 	if c.Rate <= 0 {
 		c.Rate = 200
+	}
+	if c.Instances <= 0 {
+		c.Instances = 1
 	}
 	if c.Recovery <= 0 {
 		c.Recovery = 3 * time.Minute
@@ -227,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		wg.Wait()
 	}()
 	c := &campaign{e: e, w: w, wt: wt, direct: direct, group: group, txn: txn, rep: rep}
-	e.logf("campaign: seed %d, %d faults at most, budget %s, lease %s, kinds %s", cfg.Seed, cfg.Count, cfg.Budget, cfg.Lease, names(use))
+	e.logf("campaign: seed %d, %d faults at most, budget %s, lease %s, %d instance(s) and mirror(s), kinds %s", cfg.Seed, cfg.Count, cfg.Budget, cfg.Lease, cfg.Instances, names(use))
 	// Everything flows before the first fault: the baseline.
 	if _, err := c.recover(ctx, time.Now()); err != nil {
 		rep.Aborted = "the system did not settle before the first fault: " + err.Error()
@@ -315,7 +327,10 @@ func (c *campaign) fault(ctx context.Context, i int, k kind, seed uint64, rng *r
 		return o
 	}
 	e.logf("fault %d: %s (seed %d)", i, k.name, seed)
-	lives := map[*proc]int{e.og: e.og.life(), e.mr: e.mr.life()}
+	lives := map[*proc]int{}
+	for _, p := range e.procs() {
+		lives[p] = p.life()
+	}
 	t0 := time.Now()
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	what, err := k.inject(fctx, e, rng)
@@ -331,13 +346,18 @@ func (c *campaign) fault(ctx context.Context, i int, k kind, seed uint64, rng *r
 		o.Failures = append(o.Failures, "did not recover: "+err.Error())
 		// Restart both processes once; a system that does not recover then is wedged.
 		e.logf("fault %d: no recovery (%v); restarting offsetgate and the mirror", i, err)
-		e.mr.kill()
-		e.og.kill()
-		if serr := e.startOG(ctx); serr != nil {
-			o.Failures = append(o.Failures, "restarting offsetgate: "+serr.Error())
+		for _, p := range e.procs() {
+			p.kill()
 		}
-		if serr := e.startMirror(ctx); serr != nil {
-			o.Failures = append(o.Failures, "restarting the mirror: "+serr.Error())
+		for _, og := range e.ogs {
+			if serr := e.startOG(ctx, og); serr != nil {
+				o.Failures = append(o.Failures, "restarting "+og.name+": "+serr.Error())
+			}
+		}
+		for _, m := range e.mrs {
+			if serr := e.startMirror(ctx, m); serr != nil {
+				o.Failures = append(o.Failures, "restarting "+m.name+": "+serr.Error())
+			}
 		}
 		if _, err := c.recover(ctx, time.Now()); err != nil {
 			c.wedged = true
@@ -426,7 +446,7 @@ func (c *campaign) recover(ctx context.Context, since time.Time) (time.Duration,
 			sort.Strings(behind)
 			last = "behind: " + strings.Join(behind, "; ")
 		}
-		for _, p := range []*proc{c.e.og, c.e.mr} {
+		for _, p := range c.e.procs() {
 			if !p.running() {
 				return 0, fmt.Errorf("%s is not running (%s)", p.name, p.exited())
 			}

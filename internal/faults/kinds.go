@@ -22,6 +22,15 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
 }
 
+// pick is a random index below n, drawing nothing from rng when there is one choice, so that
+// a single-instance campaign's seeds replay as they did before there could be several.
+func pick(rng *rand.Rand, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return rng.IntN(n)
+}
+
 func sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
@@ -34,35 +43,39 @@ func sleep(ctx context.Context, d time.Duration) error {
 // kinds is every fault the campaign knows, in report order.
 func kinds() []kind {
 	return []kind{
-		{"og-kill", "SIGKILL offsetgate, start it again after 0-2 s", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+		{"og-kill", "SIGKILL offsetgate (one instance), start it again after 0-2 s", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+			og := e.ogs[pick(rng, len(e.ogs))]
 			d := between(rng, 0, 2*time.Second)
-			e.og.kill()
+			og.kill()
 			if err := sleep(ctx, d); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("offsetgate killed, down %s", d.Round(time.Millisecond)), e.startOG(ctx)
+			return fmt.Sprintf("%s killed, down %s", og.name, d.Round(time.Millisecond)), e.startOG(ctx, og)
 		}},
-		{"og-stop", "SIGSTOP offsetgate for longer than the ownership lease, then SIGCONT", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+		{"og-stop", "SIGSTOP offsetgate (one instance) for longer than the ownership lease, then SIGCONT", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+			og := e.ogs[pick(rng, len(e.ogs))]
 			d := e.cfg.Lease + between(rng, 500*time.Millisecond, 4*time.Second)
-			e.og.pause()
+			og.pause()
 			err := sleep(ctx, d)
-			e.og.resume()
-			return fmt.Sprintf("offsetgate stopped for %s (lease %s)", d.Round(time.Millisecond), e.cfg.Lease), err
+			og.resume()
+			return fmt.Sprintf("%s stopped for %s (lease %s)", og.name, d.Round(time.Millisecond), e.cfg.Lease), err
 		}},
-		{"mirror-kill", "SIGKILL the mirror, start it again after 0-2 s", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+		{"mirror-kill", "SIGKILL the mirror (one process), start it again after 0-2 s", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+			mr := e.mrs[pick(rng, len(e.mrs))]
 			d := between(rng, 0, 2*time.Second)
-			e.mr.kill()
+			mr.kill()
 			if err := sleep(ctx, d); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("mirror killed, down %s", d.Round(time.Millisecond)), e.startMirror(ctx)
+			return fmt.Sprintf("%s killed, down %s", mr.name, d.Round(time.Millisecond)), e.startMirror(ctx, mr)
 		}},
-		{"mirror-stop", "SIGSTOP the mirror for longer than the ownership lease, then SIGCONT", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+		{"mirror-stop", "SIGSTOP the mirror (one process) for longer than the ownership lease, then SIGCONT", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
+			mr := e.mrs[pick(rng, len(e.mrs))]
 			d := e.cfg.Lease + between(rng, 500*time.Millisecond, 4*time.Second)
-			e.mr.pause()
+			mr.pause()
 			err := sleep(ctx, d)
-			e.mr.resume()
-			return fmt.Sprintf("mirror stopped for %s (lease %s)", d.Round(time.Millisecond), e.cfg.Lease), err
+			mr.resume()
+			return fmt.Sprintf("%s stopped for %s (lease %s)", mr.name, d.Round(time.Millisecond), e.cfg.Lease), err
 		}},
 		{"dest-broker-restart", "stop a destination broker (controlled shutdown), start it again", func(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
 			d := between(rng, 0, 3*time.Second)

@@ -20,6 +20,8 @@ type proc struct {
 	bin  string
 	args []string
 	log  string
+	// metrics is the process's Prometheus endpoint (go_goroutines for the leak checks).
+	metrics string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd

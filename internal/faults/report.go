@@ -65,6 +65,15 @@ func (r *Report) Markdown() string {
 		cfg.Partitions, cfg.Rate, r.Produced, r.Direct, r.Group)
 	p("Transactional topic: %d transactions committed (%d records), %d aborted, %d of unknown end (their\n", r.TxnCommits, r.TxnCommitted, r.TxnAborts, r.TxnUnknown)
 	p("EndTransaction failed; either outcome is allowed, all or nothing); %d records read at read_committed.\n\n", r.TxnRead)
+	if cfg.Instances > 1 {
+		p("%d offsetgate instances in front of the destination and %d mirror processes in one mirror group\n", cfg.Instances, cfg.Instances)
+		p("(`--mirror-group`, a 6 s session), mirror i writing through instance i; the consumer keeping its own\n")
+		p("positions reads through the first instance, the group and the read_committed consumer through the\n")
+		p("second; a process fault hits one instance or one mirror, picked at random.\n\n")
+	}
+	if cfg.ServeYAML != "" {
+		p("offsetgate's configuration had, beyond the campaign's own: `%s`.\n\n", strings.TrimSpace(cfg.ServeYAML))
+	}
 	if r.Aborted != "" {
 		p("**The campaign stopped early:** %s\n\n", r.Aborted)
 	}

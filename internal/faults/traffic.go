@@ -186,7 +186,7 @@ func (t *tally) check(w *written, r *kgo.Record) {
 // readDirect reads every partition through offsetgate from the start, keeping its own
 // positions (no group): every offset must come once, in order.
 func (e *env) readDirect(ctx context.Context, w *written, t *tally) error {
-	cl, err := e.fromStart(e.topic, kgo.ClientID("faults-direct"))
+	cl, err := e.fromStart(0, e.topic, kgo.ClientID("faults-direct"))
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (e *env) readGroup(ctx context.Context, w *written, t *tally) error {
 				}
 			}
 		}
-		cl, err := kgo.NewClient(append(e.consumerOpts(), kgo.ClientID("faults-group"), kgo.ConsumerGroup(group),
+		cl, err := kgo.NewClient(append(e.consumerOpts(1), kgo.ClientID("faults-group"), kgo.ConsumerGroup(group),
 			kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
 			// A member that could not leave (its link was down) holds up the next join until
 			// its session times out: keep that short.

@@ -143,7 +143,7 @@ func (e *env) produceTxn(ctx context.Context, w *txnWritten, seed uint64) error 
 // keeping its own positions: every committed record once, in order, as the source holds it,
 // and no record of an aborted transaction.
 func (e *env) readTxn(ctx context.Context, w *txnWritten, t *tally) error {
-	cl, err := e.fromStart(e.txnTopic, kgo.ClientID("faults-txn-reader"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl, err := e.fromStart(1, e.txnTopic, kgo.ClientID("faults-txn-reader"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err
 	}
