@@ -144,8 +144,12 @@ type Report struct {
 	GroupRestarts                     int
 	ConsumerErrors                    []string
 	Leaks                             map[string]*leakSeries
-	Dir                               string
-	Aborted                           string
+	// Writes is, per offsetgate instance, the mirror writes it made in its last life (from
+	// offsetgate_mirror_writes_total at the end): with several instances, each carried its
+	// share.
+	Writes  map[string]float64
+	Dir     string
+	Aborted string
 }
 
 // Failed reports whether any fault failed or the campaign was cut short.
@@ -313,6 +317,21 @@ func (c *campaign) finish() *Report {
 	r.TxnRead = c.txn.records
 	c.txn.mu.Unlock()
 	r.TxnCommits, r.TxnAborts, r.TxnUnknown, r.TxnCommitted = c.wt.commits.Load(), c.wt.aborts.Load(), c.wt.unknown.Load(), c.wt.committed.Load()
+	r.Writes = map[string]float64{}
+	for _, og := range c.e.ogs {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m, err := scrape(ctx, og.metrics)
+		cancel()
+		if err != nil {
+			c.e.logf("the writes of %s: %v", og.name, err)
+			continue
+		}
+		for k, v := range m {
+			if strings.HasPrefix(k, "offsetgate_mirror_writes_total") {
+				r.Writes[og.name] += v
+			}
+		}
+	}
 	r.ConsumerErrors = append(append(c.direct.topErrs(8), c.group.topErrs(8)...), c.txn.topErrs(8)...)
 	return r
 }

@@ -19,6 +19,36 @@ import (
 // consumers through offsetgate exactly once in source order, no halt, no leak.
 // scripts/faults runs the same code for as long as asked (docs/reliability.md).
 func TestShortCampaign(t *testing.T) {
+	runShort(t, faults.Config{
+		Seed: 20, Count: 6, Budget: 6 * time.Minute, Cycle: true,
+		Kinds: []string{"og-kill", "mirror-stop", "link-og-dest-cut", "og-stop", "link-mirror-og-stall", "dest-leader-move"},
+	})
+}
+
+// Two offsetgate instances in front of the destination and a mirror group of two processes,
+// each writing through its own instance: a mirror stopped beyond the group's session has its
+// partitions moved to the other, which writes them through the other instance (ownership
+// handed over between live instances); a killed instance comes back and its mirror goes on.
+// The same checks as above, and both instances carried writes.
+func TestTwoInstancesCampaign(t *testing.T) {
+	rep := runShort(t, faults.Config{
+		Seed: 21, Count: 4, Budget: 5 * time.Minute, Cycle: true, Instances: 2,
+		Kinds: []string{"mirror-stop", "og-kill", "mirror-kill", "og-stop"},
+	})
+	if len(rep.Writes) != 2 {
+		t.Fatalf("writes known for %d instances, want 2: %v", len(rep.Writes), rep.Writes)
+	}
+	for name, n := range rep.Writes {
+		if n == 0 {
+			t.Errorf("%s made no mirror write in its last life: the mirror group did not share the partitions (%v)", name, rep.Writes)
+		}
+	}
+}
+
+// runShort runs a short campaign on clusters of its own, fails the test if a fault failed or
+// fewer than three ran, and returns the report.
+func runShort(t *testing.T, cfg faults.Config) *faults.Report {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	root, err := testkafka.RepoRoot()
@@ -41,22 +71,19 @@ func TestShortCampaign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := faults.Run(ctx, faults.Config{
-		Seed: 20, Count: 6, Budget: 6 * time.Minute, Cycle: true, Bin: bin, Dir: dir,
-		Kinds:    []string{"og-kill", "mirror-stop", "link-og-dest-cut", "og-stop", "link-mirror-og-stall", "dest-leader-move"},
-		Lease:    2 * time.Second,
-		Recovery: 2 * time.Minute,
-		Log:      testWriter{t},
-	})
+	cfg.Bin, cfg.Dir, cfg.Log = bin, dir, testWriter{t}
+	cfg.Lease, cfg.Recovery = 2*time.Second, 2*time.Minute
+	rep, err := faults.Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	md := rep.Markdown()
 	t.Log("\n" + md)
 	if rep.Failed() {
-		for _, name := range []string{"offsetgate.log", "mirror.log"} {
-			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
-				t.Logf("%s (last lines):\n%s", name, tail(string(b), 40))
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		for _, name := range logs {
+			if b, err := os.ReadFile(name); err == nil {
+				t.Logf("%s (last lines):\n%s", filepath.Base(name), tail(string(b), 40))
 			}
 		}
 		t.Fatalf("a fault failed (see What failed above); logs in %s", dir)
@@ -65,6 +92,7 @@ func TestShortCampaign(t *testing.T) {
 	if len(rep.Outcomes) < 3 {
 		t.Fatalf("only %d faults ran in the budget", len(rep.Outcomes))
 	}
+	return rep
 }
 
 type testWriter struct{ t *testing.T }

@@ -69,7 +69,21 @@ func (r *Report) Markdown() string {
 		p("%d offsetgate instances in front of the destination and %d mirror processes in one mirror group\n", cfg.Instances, cfg.Instances)
 		p("(`--mirror-group`, a 6 s session), mirror i writing through instance i; the consumer keeping its own\n")
 		p("positions reads through the first instance, the group and the read_committed consumer through the\n")
-		p("second; a process fault hits one instance or one mirror, picked at random.\n\n")
+		p("second; a process fault hits one instance or one mirror, picked at random. Mirror writes made by\n")
+		p("each instance in its last life:")
+		var names []string
+		for n := range r.Writes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for i, n := range names {
+			sep := ","
+			if i == len(names)-1 {
+				sep = "."
+			}
+			p(" %s %.0f%s", n, r.Writes[n], sep)
+		}
+		p("\n\n")
 	}
 	if cfg.ServeYAML != "" {
 		p("offsetgate's configuration had, beyond the campaign's own: `%s`.\n\n", strings.TrimSpace(cfg.ServeYAML))
