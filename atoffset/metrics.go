@@ -35,6 +35,8 @@ type metrics struct {
 	// Batches D held beyond a partition's ledger, found identical to the mirror's resend and
 	// recorded rather than halting the partition.
 	adopted prometheus.Counter
+	// flyingWaits counts resends answered after the earlier write of their batches landed.
+	flyingWaits prometheus.Counter
 }
 
 // NewMetrics registers the produce-at-offset metrics.
@@ -80,7 +82,9 @@ func NewMetrics(reg prometheus.Registerer) *metrics {
 	m.replWait = replWait
 	m.adopted = prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_mirror_adopted_batches_total",
 		Help: "Batches the destination held beyond a mirror partition's ledger at a takeover (ledger_acks: leader, an append lost with its data on the destination), found identical to the mirror's resend and recorded instead of halting the partition."})
-	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends, landWait, m.leaderAppends, replWait, m.adopted)
+	m.flyingWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "offsetgate_mirror_resends_waited_total",
+		Help: "Produce-at-offset requests that resent batches an earlier request was still writing (its answer lost to the client), answered once that write landed."})
+	reg.MustRegister(m.writes, m.bytes, m.halted, lat, m.snaps, m.loads, m.requests, m.batches, m.quick, m.answered, appends, landWait, m.leaderAppends, replWait, m.adopted, m.flyingWaits)
 	return m
 }
 

@@ -79,6 +79,11 @@ type Plan struct {
 	Writes []Write
 	// Base is the source offset of the request's first batch (the answer's base offset).
 	Base int64
+	// awaitFlying: refused because the request resends a batch an earlier write is still
+	// carrying to D (its client lost that write's answer and sent it again): the writer waits
+	// for the earlier write to land and plans the request again, which then acknowledges or
+	// retries the batch.
+	awaitFlying bool
 
 	// The state's new ends, for Apply.
 	next, dnext, cursor int64
@@ -232,7 +237,9 @@ func (s State) Plan(sets [][]byte, hs []batch.Header, o Options) Plan {
 			}
 			if pendingIdx < len(s.Pending) && s.Pending[pendingIdx].Src == e.Src {
 				if o.Flying != nil && o.Flying(e.Src) {
-					return refuse(ErrOutOfOrder, "batch at %d is being written by a request sent before this one; resend after its answer", e.Src)
+					p := refuse(ErrRetriable, "batch at %d is still being written by an earlier request; retry from offset %d", e.Src, s.MirroredEnd())
+					p.awaitFlying = true
+					return p
 				}
 				pendingIdx++
 				data, err := destination(sets[i], h, *e, batch.Producer{ID: e.PID, Epoch: e.PEpoch, Sequence: e.Seq}, o.Compacted)

@@ -535,8 +535,8 @@ func TestPlanPipelined(t *testing.T) {
 	if p.Refusal.Code != 0 || kinds(p.Entries) != "batch(10-11@10,seq10)" || len(p.Writes) != 1 {
 		t.Fatalf("the next batch after a flying one: %q %s", p.Refusal.Msg, kinds(p.Entries))
 	}
-	if p := plan(Options{Flying: fly}, src(5, 5, 1, 0)); p.Refusal.Code != ErrOutOfOrder {
-		t.Fatalf("a resend of a flying batch: code %d, want %d", p.Refusal.Code, ErrOutOfOrder)
+	if p := plan(Options{Flying: fly}, src(5, 5, 1, 0)); p.Refusal.Code != ErrRetriable || !p.awaitFlying {
+		t.Fatalf("a resend of a flying batch: code %d (waits for it: %v), want %d, waiting", p.Refusal.Code, p.awaitFlying, ErrRetriable)
 	}
 	if p := plan(Options{Flying: fly, Follows: true, HasFrom: true, From: 12}, src(12, 2, 1, 0)); p.Refusal.Code != ErrOutOfOrder {
 		t.Fatalf("a pipelined request from past the end of the writes before it: code %d (%s), want %d", p.Refusal.Code, kinds(p.Entries), ErrOutOfOrder)

@@ -361,6 +361,9 @@ type part struct {
 	// unloads, so a write that lands after one does not touch the state read again.
 	flying map[int64]bool
 	gen    uint64
+	// landed is closed when the last flying write lands (nil while nothing flies): a resend of
+	// a flying batch waits on it (Plan.awaitFlying).
+	landed chan struct{}
 	// fails counts failed writes: a write that succeeds clears the resync only when no
 	// write failed since it was planned.
 	fails uint64
@@ -386,8 +389,17 @@ func (p *part) unload() {
 	// nothing of theirs counts as flying any more.
 	p.gen++
 	p.flying = nil
+	p.noneFlying()
 	p.unrepl = 0
 	p.adoptTo = 0
+}
+
+// noneFlying wakes the writes waiting for the partition's flying writes to land.
+func (p *part) noneFlying() {
+	if p.landed != nil {
+		close(p.landed)
+		p.landed = nil
+	}
 }
 
 func (w *Writer) part(t catalog.Topic, partition int32) *part {
@@ -963,6 +975,13 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 			plan = p.st.Plan(sets, hs, o)
 		}
 	}
+	if plan.awaitFlying && p.landed != nil {
+		// The request resends a batch an earlier write is still carrying to D (its client
+		// lost that answer): answered after the earlier write lands, as planned then (the
+		// batch acknowledged, or retried when that write failed), rather than refused with
+		// an answer the client can only retry blindly.
+		return w.afterFlying(ctx, p, partition, records, from, follows)
+	}
 	// checked refuses a plan the planner refused, or made on a lookup that failed.
 	checked := func(plan Plan) (Result, bool) {
 		if lookErr != nil {
@@ -1025,12 +1044,43 @@ func (w *Writer) begin(ctx context.Context, p *part, partition int32, records []
 	if p.flying == nil {
 		p.flying = map[int64]bool{}
 	}
+	if p.landed == nil {
+		p.landed = make(chan struct{})
+	}
 	for _, wr := range plan.Writes {
 		f.srcs = append(f.srcs, wr.Entry.Src)
 		p.flying[wr.Entry.Src] = true
 	}
 	f.wait = w.enqueue(ctx, p, partition, plan.Writes)
 	return Result{}, f
+}
+
+// flyingWait bounds how long a resend waits for the earlier write of its batches to land: the
+// earlier write's requests to D time out well before.
+const flyingWait = defaultRequestTimeout + 5*time.Second
+
+// afterFlying waits (p.mu held, released meanwhile) until none of the partition's writes flies,
+// then begins the request again; a write still flying after flyingWait leaves the request
+// refused as retriable.
+func (w *Writer) afterFlying(ctx context.Context, p *part, partition int32, records []byte, from int64, follows bool) (Result, *flight) {
+	deadline := time.Now().Add(flyingWait)
+	for p.landed != nil {
+		landed := p.landed
+		p.mu.Unlock()
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-landed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		p.mu.Lock()
+		if p.landed != nil && (ctx.Err() != nil || !time.Now().Before(deadline)) {
+			return Result{Code: ErrRetriable, Msg: fmt.Sprintf("offsetgate: an earlier request's write of this request's batches did not land in %s; retry from offset %d", flyingWait, p.st.MirroredEnd())}, nil
+		}
+	}
+	w.m.flyingWaits.Inc()
+	return w.begin(ctx, p, partition, records, from, follows)
 }
 
 // land checks what D answered for a write's data (done: the sink's outcomes, in order) and
@@ -1042,6 +1092,9 @@ func (w *Writer) land(ctx context.Context, p *part, partition int32, f *flight, 
 			delete(p.flying, src)
 		}
 		p.unrepl -= f.unrepl
+		if len(p.flying) == 0 {
+			p.noneFlying()
+		}
 	}
 	if replErr != nil {
 		// The ledger entries may be lost (their leader failed before its follower had them)
