@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"offsetgate/batch"
 	"offsetgate/rawread"
+	"offsetgate/rules"
 	"offsetgate/wire"
 )
 
@@ -84,6 +86,9 @@ type part struct {
 	more       chan struct{} // while a writer streams the partition: kicked when a chunk is fetched
 	failures   int           // fetch failures in a row
 	retryAt    time.Time     // not fetched before this (backing off after a failure)
+	// resuming: a following run stopped the partition after a write failure a later attempt
+	// can get past, and takes it up again from the mirrored end after a pause (resumeLocked).
+	resuming bool
 }
 
 type chunk struct {
@@ -366,6 +371,15 @@ func (e *engine) release(topic string, nums []int32, why string) map[int32]int64
 	var mine []*part
 	for _, pn := range nums {
 		p := e.parts[partKey{topic, pn}]
+		if p != nil && p.resuming {
+			// Waiting to be taken up again after a failed write: it is not, here.
+			p.resuming = false
+			p.st.state.Store("released: " + why)
+			p.st.offset.Store(-1)
+			p.st.sourceEnd.Store(-1)
+			out[p.num] = p.sum.To
+			continue
+		}
 		if p == nil || p.finished {
 			continue
 		}
@@ -421,6 +435,54 @@ func (e *engine) stopLocked(p *part, err error) {
 	p.sum.Err = err
 	p.st.state.Store(stoppedPrefix + err.Error())
 	e.closeLocked(p)
+}
+
+// resumable reports whether a following run takes a partition whose write failed with err up
+// again after a pause, rather than stopping it: offsetgate or the destination unreachable or
+// slow, a leader moving, a write whose outcome offsetgate could not tell yet. A refusal of what
+// was sent (a halted partition, other content at the same offsets, an epoch going back, a
+// batch that cannot be mirrored, a missing approval) stops it: sending it again cannot help.
+func resumable(err error) bool {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Retriable && ke.Code != rules.ErrHalted && ke.Code != rules.ErrFencedEpoch
+	}
+	return !errors.Is(err, context.Canceled)
+}
+
+// resumeLocked stops p after a write failed with a resumable error and takes it up again after
+// a pause (1 s, doubling to 30 s while its writes keep failing) from where offsetgate says its
+// mirror ends, as a mirror group takes up a partition assigned to it. Its chunks are dropped:
+// what they held is fetched again.
+func (e *engine) resumeLocked(ctx context.Context, p *part, err error) {
+	n := p.st.resumes
+	p.st.resumes++
+	wait := min(time.Second<<min(n, 5), 30*time.Second)
+	p.finished, p.resuming = true, true
+	p.st.state.Store(fmt.Sprintf("resuming in %s from the mirrored end after a failed write (%d in a row): %v", wait, n+1, err))
+	e.tr.resumed.WithLabelValues(p.topic, strconv.Itoa(int(p.num))).Inc()
+	e.open++ // held while the partition waits: a following run of one partition goes on
+	e.closeLocked(p)
+	pr := prepared{id: p.id, compacted: p.compacted}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		e.mu.Lock()
+		again := p.resuming && ctx.Err() == nil && e.parts[partKey{p.topic, p.num}] == p
+		p.resuming = false
+		e.mu.Unlock()
+		if again {
+			// A failure here is the partition's state (stopped, with its reason).
+			_ = e.addParts(ctx, p.topic, pr, []int32{p.num})
+		}
+		e.mu.Lock()
+		e.releaseLocked()
+		e.mu.Unlock()
+	}()
 }
 
 func (e *engine) finishLocked(p *part) {
@@ -956,6 +1018,7 @@ func (e *engine) landedLocked(p *part, c *chunk, err error) {
 		return
 	}
 	e.tr.landed(time.Now(), c.fetched, c.sent, c.hs)
+	p.st.resumes = 0
 	for _, h := range c.hs {
 		p.sum.Batches++
 		p.sum.Records += int64(h.RecordCount)
@@ -977,6 +1040,8 @@ func (e *engine) endLocked(ctx context.Context, p *part, err error) {
 	case p.finished:
 	case err != nil && ctx.Err() != nil:
 		// Stopped on purpose: the next run resumes from the mirrored end.
+	case err != nil && e.cfg.follow && resumable(err):
+		e.resumeLocked(ctx, p, err)
 	case err != nil:
 		e.stopLocked(p, err)
 	case p.target >= 0 && p.sum.To >= p.target && p.halt != nil:

@@ -4,10 +4,18 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"offsetgate/batch"
+	"offsetgate/internal/kfaketest"
 )
 
 // batchAt is a one-record batch at source offset off (all of the same size).
@@ -102,5 +110,66 @@ func TestRetryWaits(t *testing.T) {
 	})
 	if err != nil || calls != 2 {
 		t.Fatalf("retry: %v after %d calls", err, calls)
+	}
+}
+
+// A following run whose write of a partition failed with an error a later attempt can get past
+// (offsetgate or the destination unreachable for longer than a write's retries) takes the
+// partition up again from the mirrored end after a pause, rather than stopping it until the
+// run is restarted (the fault campaign found a partition stopped that way); a refusal of what
+// was sent stops it; and a partition a mirror group releases while it waits is not taken up.
+func TestFollowingPartitionResumes(t *testing.T) {
+	_, cl := kfaketest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e := newEngine(Config{MaxBytes: 1 << 20, Parallel: 1, follow: true}, cl, cl, nil, newTracker(reg))
+	if err := e.addParts(ctx, "t", prepared{parts: 3}, []int32{0, 1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	fail := func(num int32, err error) *part {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		p := e.parts[partKey{"t", num}]
+		p.writing = true // a writer had it
+		e.endLocked(ctx, p, fmt.Errorf("at offset 0: %w", err))
+		return p
+	}
+	state := func(p *part) string { s, _ := p.st.state.Load().(string); return s }
+
+	p0 := fail(0, fmt.Errorf("%w: offsetgate: the ledger did not answer", kerr.RequestTimedOut))
+	if s := state(p0); !strings.HasPrefix(s, "resuming in 1s") {
+		t.Fatalf("after a timed-out write: %q, want resuming", s)
+	}
+	p1 := fail(1, fmt.Errorf("%w: offsetgate: batch at 0 overlaps what is mirrored with different content", kerr.OutOfOrderSequenceNumber))
+	if s := state(p1); !strings.HasPrefix(s, stoppedPrefix) {
+		t.Fatalf("after a content mismatch: %q, want stopped", s)
+	}
+	p2 := fail(2, errors.New("reading from 127.0.0.1:9092: connection reset by peer"))
+	if out := e.release("t", []int32{2}, "assigned to another process"); len(out) != 1 {
+		t.Fatalf("release of a resuming partition: %v", out)
+	}
+
+	time.Sleep(2500 * time.Millisecond)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if q := e.parts[partKey{"t", 0}]; q == p0 || q.finished || q.st != p0.st {
+		t.Fatalf("partition 0 not taken up again after its pause: %q", state(q))
+	}
+	if q := e.parts[partKey{"t", 1}]; q != p1 || !q.finished {
+		t.Fatal("partition 1, stopped on a refusal, was taken up again")
+	}
+	if q := e.parts[partKey{"t", 2}]; q != p2 || !strings.HasPrefix(state(q), "released") {
+		t.Fatalf("partition 2, released while it waited, was taken up again: %q", state(q))
+	}
+	if e.open != 2 { // the run's own hold, and partition 0
+		t.Fatalf("%d partitions counted open, want 2", e.open)
+	}
+	var m dto.Metric
+	if err := e.tr.resumed.WithLabelValues("t", "0").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		t.Fatalf("resumes of partition 0: %v (%v), want 1", m.GetCounter().GetValue(), err)
 	}
 }

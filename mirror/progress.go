@@ -26,6 +26,9 @@ type partStats struct {
 	bytes     atomic.Int64
 	state     atomic.Value // string: "", "done", or the error that stopped the partition
 	added     time.Time    // when the run took the partition (records counts from there)
+	// resumes counts the write failures in a row a following run took the partition up again
+	// after (guarded by engine.mu): its pause before the next doubles.
+	resumes int
 }
 
 // tracker holds every partition's stats and reports them: a live table on a terminal, a line per
@@ -36,6 +39,7 @@ type tracker struct {
 	start time.Time
 
 	records, bytes, offset, end, lag, stopped *prometheus.GaugeVec
+	resumed                                   *prometheus.CounterVec
 
 	// Where a following mirror's lag goes, by the batches' own timestamps (timeLag).
 	lagTime, fetchAge, queued, written prometheus.Histogram
@@ -57,6 +61,8 @@ func newTracker(reg prometheus.Registerer) *tracker {
 	t.end = gauge("source_end_offset", "The source partition's high watermark at the last fetch.")
 	t.lag = gauge("lag_records", "Source offsets not mirrored yet.")
 	t.stopped = gauge("stopped", "1 when the partition stopped on an error (see the log).")
+	t.resumed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "offsetgate_mirror_client_resumes_total",
+		Help: "Times a following run took the partition up again from the mirrored end after a write failed with an error a later attempt can get past (see the log)."}, labels)
 	hist := func(name, help string) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "offsetgate_mirror_client_" + name, Help: help, Buckets: timeBuckets})
 	}
@@ -68,6 +74,7 @@ func newTracker(reg prometheus.Registerer) *tracker {
 		for _, g := range []*prometheus.GaugeVec{t.records, t.bytes, t.offset, t.end, t.lag, t.stopped} {
 			_ = reg.Register(g)
 		}
+		_ = reg.Register(t.resumed)
 		for _, h := range []prometheus.Histogram{t.lagTime, t.fetchAge, t.queued, t.written} {
 			_ = reg.Register(h)
 		}
