@@ -26,10 +26,10 @@ func TestShortCampaign(t *testing.T) {
 }
 
 // Two offsetgate instances in front of the destination and a mirror group of two processes,
-// each writing through its own instance: a mirror stopped beyond the group's session has its
-// partitions moved to the other, which writes them through the other instance (ownership
-// handed over between live instances); a killed instance comes back and its mirror goes on.
-// The same checks as above, and both instances carried writes.
+// each writing through its own instance: a mirror killed and started again rejoins the group,
+// whose rebalance moves partitions between the processes and so between the instances
+// (ownership handed over between live instances); a killed instance comes back and its mirror
+// goes on. The same checks as above, and both instances carried writes.
 func TestTwoInstancesCampaign(t *testing.T) {
 	rep := runShort(t, faults.Config{
 		Seed: 21, Count: 4, Budget: 5 * time.Minute, Cycle: true, Instances: 2,
