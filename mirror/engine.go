@@ -89,6 +89,8 @@ type part struct {
 	// resuming: a following run stopped the partition after a write failure a later attempt
 	// can get past, and takes it up again from the mirrored end after a pause (resumeLocked).
 	resuming bool
+	// released says why the mirror group released the partition ("": it did not).
+	released string
 }
 
 type chunk struct {
@@ -170,6 +172,13 @@ func (e *engine) addTopic(ctx context.Context, topic string, pr prepared) error 
 // this process, or all of them). A partition this run mirrored before and released is taken
 // again from where offsetgate says its mirror ends now.
 func (e *engine) addParts(ctx context.Context, topic string, pr prepared, nums []int32) error {
+	return e.addPartsAfter(ctx, topic, pr, nums, nil)
+}
+
+// addPartsAfter is addParts; with resumed (a partition waiting to be taken up again after a
+// failed write) it takes that partition only while it still waits: a mirror group that
+// released it meanwhile keeps it released.
+func (e *engine) addPartsAfter(ctx context.Context, topic string, pr prepared, nums []int32, resumed *part) error {
 	id := pr.id
 	sadm, padm := kadm.NewClient(e.src), kadm.NewClient(e.px)
 	e.mu.Lock()
@@ -227,6 +236,9 @@ func (e *engine) addParts(ctx context.Context, topic string, pr prepared, nums [
 		return nil
 	})
 	if err != nil {
+		if resumed != nil && resumable(err) {
+			return err // the caller pauses and tries again
+		}
 		for _, st := range stats {
 			st.state.Store(stoppedPrefix + err.Error())
 		}
@@ -240,6 +252,15 @@ func (e *engine) addParts(ctx context.Context, topic string, pr prepared, nums [
 		if old := e.parts[partKey{topic, pn}]; old != nil {
 			if !old.finished {
 				continue // taken meanwhile by a repeated assignment
+			}
+			if resumed != nil {
+				if old != resumed || !old.resuming {
+					if old.released != "" {
+						old.st.state.Store("released: " + old.released)
+					}
+					continue // released while its start was read
+				}
+				old.resuming = false
 			}
 			p.sum = old.sum // the run's summary counts both spells
 			for j := range e.order {
@@ -373,7 +394,7 @@ func (e *engine) release(topic string, nums []int32, why string) map[int32]int64
 		p := e.parts[partKey{topic, pn}]
 		if p != nil && p.resuming {
 			// Waiting to be taken up again after a failed write: it is not, here.
-			p.resuming = false
+			p.resuming, p.released = false, why
 			p.st.state.Store("released: " + why)
 			p.st.offset.Store(-1)
 			p.st.sourceEnd.Store(-1)
@@ -455,34 +476,57 @@ func resumable(err error) bool {
 // mirror ends, as a mirror group takes up a partition assigned to it. Its chunks are dropped:
 // what they held is fetched again.
 func (e *engine) resumeLocked(ctx context.Context, p *part, err error) {
-	n := p.st.resumes
-	p.st.resumes++
-	wait := min(time.Second<<min(n, 5), 30*time.Second)
 	p.finished, p.resuming = true, true
-	p.st.state.Store(fmt.Sprintf("resuming in %s from the mirrored end after a failed write (%d in a row): %v", wait, n+1, err))
-	e.tr.resumed.WithLabelValues(p.topic, strconv.Itoa(int(p.num))).Inc()
 	e.open++ // held while the partition waits: a following run of one partition goes on
 	e.closeLocked(p)
+	wait := e.pauseLocked(p, "a failed write", err)
 	pr := prepared{id: p.id, compacted: p.compacted}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
+		defer func() {
+			e.mu.Lock()
+			p.resuming = false
+			e.releaseLocked()
+			e.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			e.mu.Lock()
+			again := p.resuming && e.parts[partKey{p.topic, p.num}] == p
+			e.mu.Unlock()
+			if !again {
+				return // released meanwhile, or taken up by the mirror group
+			}
+			// Reading where to start can fail for as long as what failed the write lasts.
+			err := e.addPartsAfter(ctx, p.topic, pr, []int32{p.num}, p)
+			if err == nil || ctx.Err() != nil || !resumable(err) {
+				return // a failure that is not resumable is the partition's state: stopped
+			}
+			e.mu.Lock()
+			if !p.resuming {
+				e.mu.Unlock()
+				return
+			}
+			wait = e.pauseLocked(p, "a failed start", err)
+			e.mu.Unlock()
 		}
-		e.mu.Lock()
-		again := p.resuming && ctx.Err() == nil && e.parts[partKey{p.topic, p.num}] == p
-		p.resuming = false
-		e.mu.Unlock()
-		if again {
-			// A failure here is the partition's state (stopped, with its reason).
-			_ = e.addParts(ctx, p.topic, pr, []int32{p.num})
-		}
-		e.mu.Lock()
-		e.releaseLocked()
-		e.mu.Unlock()
 	}()
+}
+
+// pauseLocked counts a resume of p and returns the pause before it (1 s, doubling to 30 s while
+// its attempts keep failing).
+func (e *engine) pauseLocked(p *part, what string, err error) time.Duration {
+	n := p.st.resumes
+	p.st.resumes++
+	wait := min(time.Second<<min(n, 5), 30*time.Second)
+	p.st.state.Store(fmt.Sprintf("resuming in %s from the mirrored end after %s (%d in a row): %v", wait, what, n+1, err))
+	e.tr.resumed.WithLabelValues(p.topic, strconv.Itoa(int(p.num))).Inc()
+	return wait
 }
 
 func (e *engine) finishLocked(p *part) {
