@@ -91,6 +91,9 @@ type part struct {
 	resuming bool
 	// released says why the mirror group released the partition ("": it did not).
 	released string
+	// giveUp is closed when the mirror group releases the partition: a write waiting for
+	// another instance's lease ends (the group waits for the partition's writes to end).
+	giveUp chan struct{}
 }
 
 type chunk struct {
@@ -247,7 +250,8 @@ func (e *engine) addPartsAfter(ctx context.Context, topic string, pr prepared, n
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, pn := range nums {
-		p := &part{topic: topic, id: id, num: pn, leader: -1, target: -1, max: e.cfg.MaxBytes, st: stats[i], compacted: pr.compacted}
+		p := &part{topic: topic, id: id, num: pn, leader: -1, target: -1, max: e.cfg.MaxBytes, st: stats[i], compacted: pr.compacted,
+			giveUp: make(chan struct{})}
 		p.sum = PartitionSummary{Topic: topic, Partition: pn}
 		if old := e.parts[partKey{topic, pn}]; old != nil {
 			if !old.finished {
@@ -405,6 +409,9 @@ func (e *engine) release(topic string, nums []int32, why string) map[int32]int64
 			continue
 		}
 		mine = append(mine, p)
+		if p.giveUp != nil {
+			close(p.giveUp)
+		}
 		p.finished = true
 		p.st.state.Store("released: " + why)
 		p.st.offset.Store(-1) // no lag is shown for a partition mirrored elsewhere
@@ -1040,7 +1047,7 @@ func (e *engine) writeChunk(ctx context.Context, p *part, c *chunk) error {
 	err := produceAtOffset(ctx, e.px, e.conns, p.topic, p.num, c.data, c.from, func(why string) {
 		waited = true
 		p.st.state.Store(why)
-	})
+	}, p.giveUp)
 	if s, _ := p.st.state.Load().(string); waited && err == nil && strings.HasPrefix(s, leaseWait) {
 		p.st.state.Store("mirroring")
 	}

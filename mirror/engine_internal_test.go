@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
 	"offsetgate/internal/kfaketest"
@@ -171,5 +172,84 @@ func TestFollowingPartitionResumes(t *testing.T) {
 	var m dto.Metric
 	if err := e.tr.resumed.WithLabelValues("t", "0").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
 		t.Fatalf("resumes of partition 0: %v (%v), want 1", m.GetCounter().GetValue(), err)
+	}
+}
+
+// A partition the mirror group moves to another process while its write waits for another
+// offsetgate instance's lease is released at once: the wait ends (it is not this process's any
+// more), rather than holding the group's rebalance for up to three minutes while the process
+// stays out of the group (the two-instance fault campaign found a member that had lost its
+// session blocked that way).
+func TestReleaseEndsLeaseWait(t *testing.T) {
+	c, cl := kfaketest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// The "offsetgate" here answers every write: another instance owns the partition.
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		resp.Version = req.Version
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				msg := `offsetgate: partition owned by offsetgate instance "other" until later; one instance writes a mirror partition`
+				sp.Partition, sp.ErrorCode, sp.ErrorMessage = rp.Partition, kerr.PolicyViolation.Code, &msg
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	cfg := Config{MaxBytes: 1 << 20, Parallel: 1, follow: true}
+	e := newEngine(cfg, cl, cl, newConnPool(cfg), newTracker(nil))
+	if err := e.addParts(ctx, "t", prepared{parts: 1}, []int32{0}); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	p := e.parts[partKey{"t", 0}]
+	p.writing = true
+	e.mu.Unlock()
+	wrote := make(chan error, 1)
+	go func() {
+		_, hs, err := batch.Split(batchAt(0))
+		if err != nil {
+			wrote <- err
+			return
+		}
+		ch := &chunk{data: batchAt(0), hs: hs, from: 0}
+		err = e.writeChunk(ctx, p, ch)
+		e.mu.Lock()
+		e.landedLocked(p, ch, err)
+		e.endLocked(ctx, p, err)
+		e.mu.Unlock()
+		wrote <- err
+	}()
+	for !strings.HasPrefix(p.st.state.Load().(string), leaseWait) {
+		if ctx.Err() != nil {
+			t.Fatalf("the write never waited for the lease: %q", p.st.state.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	released := make(chan map[int32]int64, 1)
+	go func() { released <- e.release("t", []int32{0}, "mirror group moved it to another process") }()
+	select {
+	case out := <-released:
+		if len(out) != 1 {
+			t.Fatalf("released %v", out)
+		}
+	case <-ctx.Done():
+		t.Fatal("release waited for the write's lease wait (three minutes) instead of ending it")
+	}
+	if err := <-wrote; !errors.Is(err, errGaveUp) {
+		t.Fatalf("the write ended with %v, want %v", err, errGaveUp)
+	}
+	if s := p.st.state.Load().(string); !strings.HasPrefix(s, "released") {
+		t.Fatalf("state after the release: %q", s)
 	}
 }

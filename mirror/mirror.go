@@ -735,7 +735,7 @@ func FetchRaw(ctx context.Context, src *kgo.Client, topic string, part int32, of
 //
 // waiting, when set, hears why the write waits (another offsetgate instance's lease), so the
 // partition's state says so while it does.
-func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64, waiting func(why string)) error {
+func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic string, part int32, records []byte, from int64, waiting func(why string), giveUp <-chan struct{}) error {
 	var last error
 	var ownedSince time.Time
 	waited := false // the last attempt already waited (for another instance's lease)
@@ -806,6 +806,8 @@ func produceAtOffset(ctx context.Context, px *kgo.Client, conns *connPool, topic
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
+				case <-giveUp:
+					return fmt.Errorf("%w (%w)", errGaveUp, err)
 				case <-time.After(time.Second):
 				}
 				continue
@@ -833,6 +835,11 @@ func atOffsetRequest(topic string, part int32, records []byte) *kmsg.ProduceRequ
 	req.Topics = append(req.Topics, rt)
 	return req
 }
+
+// errGaveUp ends a write that waited for another instance's lease when the mirror group moved
+// its partition to another process meanwhile: the wait is not for this process any more, and
+// the group waits for the partition's writes to end before the new owner starts.
+var errGaveUp = errors.New("the partition moved to another process of the mirror group while its write waited for the lease")
 
 // ownedWait is how long a write waits for another offsetgate instance's lease on its
 // partition to run out (offsetgate's ownership_lease is 30 s by default).
