@@ -405,6 +405,15 @@ func (e *engine) release(topic string, nums []int32, why string) map[int32]int64
 			out[p.num] = p.sum.To
 			continue
 		}
+		if p != nil && p.finished && p.sum.Err != nil && p.released == "" {
+			// Stopped here on an error: the process the group moved it to mirrors it now (and
+			// meets the same error, if it lasts); this process's gauges stop counting it.
+			p.released = why
+			p.st.state.Store(fmt.Sprintf("released: %s (it had stopped here: %v)", why, p.sum.Err))
+			p.st.offset.Store(-1)
+			p.st.sourceEnd.Store(-1)
+			continue
+		}
 		if p == nil || p.finished {
 			continue
 		}

@@ -149,6 +149,11 @@ func TestFollowingPartitionResumes(t *testing.T) {
 	if s := state(p1); !strings.HasPrefix(s, stoppedPrefix) {
 		t.Fatalf("after a content mismatch: %q, want stopped", s)
 	}
+	// Moved to another process after it stopped here: no longer counted as stopped here.
+	e.release("t", []int32{1}, "mirror group moved it to another process")
+	if s := state(p1); !strings.HasPrefix(s, "released: mirror group moved it") || !strings.Contains(s, "it had stopped here") {
+		t.Fatalf("a stopped partition released: %q", s)
+	}
 	p2 := fail(2, errors.New("reading from 127.0.0.1:9092: connection reset by peer"))
 	if out := e.release("t", []int32{2}, "assigned to another process"); len(out) != 1 {
 		t.Fatalf("release of a resuming partition: %v", out)
