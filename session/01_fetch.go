@@ -299,7 +299,18 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 // page out of memory (the destination offset of the first batch not served; -1: they do not).
 // The page is read back before the next fetch of the partition, which starts there.
 func restore(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, committed bool) (fresh bool, cold int64) {
-	cold = -1
+	cold, fresh = -1, true
+	// D holds offsets the index has not seen (written through another instance). The batches
+	// show it when they reach them; a read_committed answer stops at the index's last stable
+	// offset, before them, so there this says it (else an open transaction whose marker only
+	// the ledger has would hold its consumers there for good).
+	unseen := !promoted && p.HighWatermark > pv.DestEnd()
+	atStable := func() {
+		if unseen {
+			pv.Stale()
+			fresh = false
+		}
+	}
 	p.HighWatermark = pv.ToSource(p.HighWatermark)
 	p.LogStartOffset = pv.ToSource(p.LogStartOffset)
 	// D's own last stable offset is its high watermark for what was mirrored (no transaction
@@ -322,7 +333,6 @@ func restore(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, 
 	recs := p.RecordBatches
 	var out []byte // nil while the kept batches are one run from the start
 	keptEnd, off := 0, 0
-	fresh = true
 	servedFrom, servedTo := int64(-1), int64(-1) // source offsets of what is served
 	served := func(first, last int64) {
 		if servedFrom < 0 {
@@ -367,6 +377,7 @@ func restore(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, 
 			break
 		}
 		if committed && e.Src >= lso {
+			atStable()
 			break // read_committed: nothing at or past the last stable offset
 		}
 		if h.Attributes&batch.AttrControl != 0 {

@@ -170,4 +170,25 @@ func TestRestoreTransactions(t *testing.T) {
 			t.Fatalf("read_uncommitted answer names aborted transactions: %+v", p.AbortedTransactions)
 		}
 	}
+
+	// The open transaction's marker was mirrored through another instance: D holds more than
+	// this index knows, though the read_committed answer stops at the open transaction before
+	// reaching it. The index is marked stale all the same, so it is read again before the next
+	// fetch; else its last stable offset would hold the consumer there for good (the
+	// two-instance fault campaign's read_committed consumer waited 80 s for another refresh).
+	for _, committed := range []bool{false, true} {
+		pv := view.NewPartition([]ledger.Entry{entry(aborted, 0), ctl, entry(plain, 4), entry(open, 6)})
+		p := kmsg.FetchResponseTopicPartition{HighWatermark: 8, LastStableOffset: 8, RecordBatches: append([]byte(nil), d...)}
+		fresh := restorePartition(pv, &p, false, committed)
+		if committed && (fresh || !pv.NeedsRefresh()) {
+			t.Fatalf("read_committed, D beyond the index: fresh %v, stale %v; want the index read again", fresh, pv.NeedsRefresh())
+		}
+		if !committed && (!fresh || pv.NeedsRefresh()) {
+			// The batches reach the index's end: the next fetch shows the rest as unseen.
+			t.Fatalf("read_uncommitted, D beyond the index: fresh %v, stale %v; want neither", fresh, pv.NeedsRefresh())
+		}
+		if committed && p.LastStableOffset != 106 {
+			t.Fatalf("last stable %d, want 106 (the index's until it is read again)", p.LastStableOffset)
+		}
+	}
 }
