@@ -460,7 +460,13 @@ func Once(ctx context.Context, cfg Config) (Summary, error) {
 	if !cfg.follow {
 		// The mirror starts where the source's first batch starts, which may hold offsets
 		// below the source's log start: the mirror's log start is set to the source's.
-		if _, err := FollowLogStart(ctx, src, px, cfg.Topics, nil); err != nil {
+		// A destination too busy to move a log start in time (REQUEST_TIMED_OUT) is asked
+		// again: moving it to the same offset twice changes nothing.
+		err := retry(ctx, func() error {
+			_, err := FollowLogStart(ctx, src, px, cfg.Topics, nil)
+			return err
+		})
+		if err != nil {
 			return sum, fmt.Errorf("following the source's log start: %w", err)
 		}
 		if err := copyGroups(ctx); err != nil {
