@@ -399,9 +399,7 @@ func (e *engine) release(topic string, nums []int32, why string) map[int32]int64
 		if p != nil && p.resuming {
 			// Waiting to be taken up again after a failed write: it is not, here.
 			p.resuming, p.released = false, why
-			p.st.state.Store("released: " + why)
-			p.st.offset.Store(-1)
-			p.st.sourceEnd.Store(-1)
+			p.st.releasedAs("released: " + why)
 			out[p.num] = p.sum.To
 			continue
 		}
@@ -409,9 +407,7 @@ func (e *engine) release(topic string, nums []int32, why string) map[int32]int64
 			// Stopped here on an error: the process the group moved it to mirrors it now (and
 			// meets the same error, if it lasts); this process's gauges stop counting it.
 			p.released = why
-			p.st.state.Store(fmt.Sprintf("released: %s (it had stopped here: %v)", why, p.sum.Err))
-			p.st.offset.Store(-1)
-			p.st.sourceEnd.Store(-1)
+			p.st.releasedAs(fmt.Sprintf("released: %s (it had stopped here: %v)", why, p.sum.Err))
 			continue
 		}
 		if p == nil || p.finished {
@@ -422,9 +418,7 @@ func (e *engine) release(topic string, nums []int32, why string) map[int32]int64
 			close(p.giveUp)
 		}
 		p.finished = true
-		p.st.state.Store("released: " + why)
-		p.st.offset.Store(-1) // no lag is shown for a partition mirrored elsewhere
-		p.st.sourceEnd.Store(-1)
+		p.st.releasedAs("released: " + why)
 		e.closeLocked(p)
 	}
 	for {

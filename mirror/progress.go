@@ -82,6 +82,13 @@ func newTracker(reg prometheus.Registerer) *tracker {
 	return t
 }
 
+// releasedAs shows the partition with state as mirrored elsewhere: no lag is shown for it.
+func (p *partStats) releasedAs(state string) {
+	p.state.Store(state)
+	p.offset.Store(-1)
+	p.sourceEnd.Store(-1)
+}
+
 func (t *tracker) add(topic string, partition int32) *partStats {
 	p := &partStats{topic: topic, partition: partition, added: time.Now()}
 	p.offset.Store(-1)

@@ -300,17 +300,7 @@ func restorePartition(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, p
 // The page is read back before the next fetch of the partition, which starts there.
 func restore(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, committed bool) (fresh bool, cold int64) {
 	cold, fresh = -1, true
-	// D holds offsets the index has not seen (written through another instance). The batches
-	// show it when they reach them; a read_committed answer stops at the index's last stable
-	// offset, before them, so there this says it (else an open transaction whose marker only
-	// the ledger has would hold its consumers there for good).
-	unseen := !promoted && p.HighWatermark > pv.DestEnd()
-	atStable := func() {
-		if unseen {
-			pv.Stale()
-			fresh = false
-		}
-	}
+	dHWM := p.HighWatermark
 	p.HighWatermark = pv.ToSource(p.HighWatermark)
 	p.LogStartOffset = pv.ToSource(p.LogStartOffset)
 	// D's own last stable offset is its high watermark for what was mirrored (no transaction
@@ -377,8 +367,15 @@ func restore(pv *view.Partition, p *kmsg.FetchResponseTopicPartition, promoted, 
 			break
 		}
 		if committed && e.Src >= lso {
-			atStable()
-			break // read_committed: nothing at or past the last stable offset
+			// read_committed: nothing at or past the last stable offset. The batches show
+			// offsets the index has not seen (written through another instance) when they
+			// reach them; this answer stops before, so D's high watermark says it (else an
+			// open transaction whose marker only the ledger has would hold its consumers).
+			if !promoted && dHWM > pv.DestEnd() {
+				pv.Stale()
+				fresh = false
+			}
+			break
 		}
 		if h.Attributes&batch.AttrControl != 0 {
 			// offsetgate writes only data batches to a mirror partition (a source marker is
