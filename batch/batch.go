@@ -323,26 +323,48 @@ var ErrNotMarker = errors.New("not a transaction marker")
 // Marker reads a control batch's marker: commit (true) or abort (false). Control batches are
 // never compressed and hold one record whose key is a version and a type (0 ABORT, 1 COMMIT).
 func Marker(b []byte) (commit bool, err error) {
+	m, err := ReadMarker(b)
+	return m.Commit, err
+}
+
+// MarkerInfo is what a transaction marker says: commit or abort, the epoch of the transaction
+// coordinator that wrote it (its value) and its record's timestamp. A broker keeps the last
+// two in a producer's state (DescribeProducers shows them).
+type MarkerInfo struct {
+	Commit           bool
+	CoordinatorEpoch int32
+	Timestamp        int64
+}
+
+// ReadMarker reads a control batch's marker whole. A marker whose value cannot be read has
+// CoordinatorEpoch -1 (the broker's "none") and no error: its type decides what it does.
+func ReadMarker(b []byte) (MarkerInfo, error) {
 	h, err := ReadHeader(b)
 	if err != nil {
-		return false, err
+		return MarkerInfo{}, err
 	}
 	if h.Attributes&AttrControl == 0 || h.Attributes&AttrCodecMask != 0 || h.RecordCount != 1 || len(b) < h.Size() {
-		return false, fmt.Errorf("%w: batch at %d (attributes %#x, %d records)", ErrNotMarker, h.BaseOffset, h.Attributes, h.RecordCount)
+		return MarkerInfo{}, fmt.Errorf("%w: batch at %d (attributes %#x, %d records)", ErrNotMarker, h.BaseOffset, h.Attributes, h.RecordCount)
 	}
 	var r kmsg.Record
 	if err := r.ReadFrom(b[HeaderLen:h.Size()]); err != nil {
-		return false, fmt.Errorf("%w: batch at %d: %v", ErrNotMarker, h.BaseOffset, err)
+		return MarkerInfo{}, fmt.Errorf("%w: batch at %d: %v", ErrNotMarker, h.BaseOffset, err)
 	}
 	var k kmsg.ControlRecordKey
 	if err := k.ReadFrom(r.Key); err != nil {
-		return false, fmt.Errorf("%w: batch at %d: %v", ErrNotMarker, h.BaseOffset, err)
+		return MarkerInfo{}, fmt.Errorf("%w: batch at %d: %v", ErrNotMarker, h.BaseOffset, err)
 	}
+	m := MarkerInfo{CoordinatorEpoch: -1, Timestamp: h.BaseTimestamp + r.TimestampDelta64}
 	switch k.Type {
 	case 0:
-		return false, nil
 	case 1:
-		return true, nil
+		m.Commit = true
+	default:
+		return MarkerInfo{}, fmt.Errorf("%w: batch at %d holds a %s control record", ErrNotMarker, h.BaseOffset, k.Type)
 	}
-	return false, fmt.Errorf("%w: batch at %d holds a %s control record", ErrNotMarker, h.BaseOffset, k.Type)
+	var v kmsg.EndTxnMarker
+	if err := v.ReadFrom(r.Value); err == nil {
+		m.CoordinatorEpoch = v.CoordinatorEpoch
+	}
+	return m, nil
 }

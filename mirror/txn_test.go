@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -205,6 +206,7 @@ func TestMirrorTransactions(t *testing.T) {
 		if sl, pl := lastStable(ctx, t, src, topic), lastStable(ctx, t, px, topic); fmt.Sprint(sl) != fmt.Sprint(pl) {
 			t.Fatalf("%s: last stable offsets through offsetgate %v, source %v", stage, pl, sl)
 		}
+		sameProducers(ctx, t, stage, src, px, topic, stage == "with a transaction open")
 	}
 	compare("with a transaction open")
 
@@ -254,6 +256,47 @@ func TestMirrorTransactions(t *testing.T) {
 		t.Fatalf("direct read_committed consumer of D: %d records (%d fillers, %d of an aborted transaction); the source holds %d data records",
 			len(direct), fillers, aborted, len(all))
 	}
+}
+
+// sameProducers compares DescribeProducers through offsetgate with the source's: the same
+// producers, epochs, last sequences and timestamps, coordinator epochs and open transactions'
+// first offsets, partition by partition (only the leader differs). open: a transaction must
+// show open somewhere.
+func sameProducers(ctx context.Context, t testing.TB, stage string, src, px *kgo.Client, topic string, open bool) {
+	t.Helper()
+	list := func(cl *kgo.Client) []string {
+		ps, err := kadm.NewClient(cl).DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}, 1: {}, 2: {}}})
+		if err != nil {
+			t.Fatalf("%s: DescribeProducers: %v", stage, err)
+		}
+		var out []string
+		for _, p := range ps.SortedProducers() {
+			out = append(out, fmt.Sprintf("p%d pid %d epoch %d seq %d ts %d coord %d txn %d", p.Partition, p.ProducerID,
+				p.ProducerEpoch, p.LastSequence, p.LastTimestamp, p.CoordinatorEpoch, p.CurrentTxnStartOffset))
+		}
+		for _, tp := range ps {
+			for _, pp := range tp.Partitions {
+				if pp.Err != nil {
+					t.Fatalf("%s: DescribeProducers of partition %d: %v", stage, pp.Partition, pp.Err)
+				}
+			}
+		}
+		return out
+	}
+	want, got := list(src), list(px)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: DescribeProducers through offsetgate:\n%s\nthe source's:\n%s", stage, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	opened := 0
+	for _, p := range want {
+		if !strings.HasSuffix(p, " txn -1") {
+			opened++
+		}
+	}
+	if len(want) == 0 || open != (opened > 0) {
+		t.Fatalf("%s: the source lists %d producers, %d with a transaction open", stage, len(want), opened)
+	}
+	t.Logf("%s: DescribeProducers: %d producers, the source's", stage, len(want))
 }
 
 // cuttable is a dialer whose connections a test can cut at once, and which refuses new ones

@@ -79,7 +79,7 @@ var apiRules = map[kmsg.Key]apiRule{
 	kmsg.AlterUserSCRAMCredentials:    {passed, "AlterUserScramCredentials: the destination's authentication (needs cluster ALTER there)"},
 	kmsg.UpdateFeatures:               {passed, "UpdateFeatures: cluster feature levels (needs cluster ALTER on the destination)"},
 	kmsg.DescribeCluster:              {translated, "DescribeCluster: broker addresses"},
-	kmsg.DescribeProducers:            {passed, "DescribeProducers: read only"},
+	kmsg.DescribeProducers:            {translated, "DescribeProducers: mirror partitions answered with the source's producer states, from the source view"},
 	kmsg.UnregisterBroker:             {passed, "UnregisterBroker: cluster membership (needs cluster ALTER on the destination)"},
 	kmsg.DescribeTransactions:         {passed, "DescribeTransactions: read only"},
 	kmsg.ListTransactions:             {passed, "ListTransactions: read only"},

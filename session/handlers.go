@@ -94,6 +94,8 @@ func handlerFor(key int16) *handler {
 		return &saslAuthenticateHandler
 	case kmsg.DescribeCluster:
 		return &describeClusterHandler
+	case kmsg.DescribeProducers:
+		return &describeProducersHandler
 	case kmsg.DescribeTopicPartitions:
 		return &describeTopicPartitionsHandler
 	case kmsg.ShareFetch:

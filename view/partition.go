@@ -124,6 +124,12 @@ type Partition struct {
 	// transaction, and the aborted ones (for read_committed answers).
 	open    map[int64]int64
 	aborted []Aborted
+	// The source producers' states (producers.go), and the destination producer ids offsetgate
+	// wrote the partition with.
+	producers  map[int64]*producerState
+	pruneAt    int
+	writers    map[int64]struct{}
+	lastWriter int64
 }
 
 // Aborted is an aborted source transaction: the producer, its first offset and its ABORT
@@ -239,6 +245,7 @@ func (p *Partition) addLocked(off int64, le ledger.Entry) (ok bool, sealed *page
 			p.open[e.SrcPID] = e.Src
 		}
 	}
+	p.noteProducerLocked(&e, &le)
 	if n := len(p.spans); n > 0 && p.spans[n-1].follows(&e) {
 		s := &p.spans[n-1]
 		s.n += int64(e.Count)
