@@ -142,8 +142,14 @@ func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
 		if err != nil {
 			return nil, err
 		}
+		proxies := e.ogs[i].alias
+		if cfg.MirrorsAll {
+			for j := 1; j < cfg.Instances; j++ {
+				proxies += "," + e.ogs[(i+j)%cfg.Instances].alias
+			}
+		}
 		args := []string{"mirror",
-			"--source", e.src.Bootstrap(), "--proxy", e.ogs[i].alias, "--topics", e.topic + "," + e.txnTopic, "--replication-factor", "2",
+			"--source", e.src.Bootstrap(), "--proxy", proxies, "--topics", e.topic + "," + e.txnTopic, "--replication-factor", "2",
 			"--group-interval", "1s", "--progress", "lines", "--max-bytes", "262144", "--metrics", "127.0.0.1:" + strconv.Itoa(metrics),
 			"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile}
 		if cfg.Instances > 1 {

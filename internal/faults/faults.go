@@ -72,6 +72,10 @@ type Config struct {
 	// the mirrors share the partitions as a mirror group (--mirror-group), the consumers read
 	// through different instances, and the process faults hit one of them at random.
 	Instances int
+	// MirrorsAll gives every mirror process all instances' addresses (mirror i's own first),
+	// as docs/operations.md advises: a mirror whose instance is killed or stopped goes on
+	// through another, which waits out the lease and takes the partitions over.
+	MirrorsAll bool
 	// ServeYAML is more lines of offsetgate's configuration (for instance
 	// "ledger_acks: leader"), appended to the campaign's own.
 	ServeYAML string

@@ -67,7 +67,11 @@ func (r *Report) Markdown() string {
 	p("EndTransaction failed; either outcome is allowed, all or nothing); %d records read at read_committed.\n\n", r.TxnRead)
 	if cfg.Instances > 1 {
 		p("%d offsetgate instances in front of the destination and %d mirror processes in one mirror group\n", cfg.Instances, cfg.Instances)
-		p("(`--mirror-group`, a 6 s session), mirror i writing through instance i; the consumer keeping its own\n")
+		if cfg.MirrorsAll {
+			p("(`--mirror-group`, a 6 s session), mirror i bootstrapped with every instance, its own first; the consumer keeping its own\n")
+		} else {
+			p("(`--mirror-group`, a 6 s session), mirror i writing through instance i; the consumer keeping its own\n")
+		}
 		p("positions reads through the first instance, the group and the read_committed consumer through the\n")
 		p("second; a process fault hits one instance or one mirror, picked at random. Mirror writes made by\n")
 		p("each instance in its last life:")
