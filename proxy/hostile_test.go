@@ -429,3 +429,157 @@ func (h *hostile) addToTxn(ctx context.Context, inst instance, topic string, p i
 	r.roundTrip(end, kmsg.NewPtrEndTxnResponse())
 	return code
 }
+
+// offsetgate's own transactional ids (one per ledger partition, whose producer appends the
+// ledger) are refused to every client, approved mirroring clients included: an InitProducerId
+// with one would bump its epoch and fence offsetgate's next ledger append, as if another
+// instance had taken the partition over. The transactional APIs naming one are answered
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED by offsetgate (TxnOffsetCommit too), DescribeTransactions refuses it and
+// ListTransactions leaves it out, while D itself lists it; the mirror partition is written on
+// after every attempt.
+func TestOwnTransactionalIDsRefused(t *testing.T) {
+	h := newHostile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	own := ledger.TransactionalID(catalog.IDString(h.id), 0)
+	var fresp *kmsg.FindCoordinatorResponse
+	var err error
+	for i := 0; i < 100; i++ {
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.CoordinatorType, fc.CoordinatorKey = 1, own
+		fresp, err = fc.RequestWith(ctx, h.client(h.other))
+		if err == nil && fresp.ErrorCode != kerr.CoordinatorNotAvailable.Code && fresp.ErrorCode != kerr.CoordinatorLoadInProgress.Code {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil || fresp.ErrorCode != 0 {
+		t.Fatalf("FindCoordinator of %s: %v %+v", own, err, fresp)
+	}
+	want := rules.ErrTxnIDAuthorization
+	next := int64(1)
+	for _, inst := range []instance{h.a, h.b} {
+		for _, id := range []struct {
+			name string
+			kp   *testcerts.KeyPair
+		}{{"another client", h.other}, {"the approved mirroring client", h.mirror}} {
+			who, kp := inst.name+", "+id.name, id.kp
+			r := h.dial(inst, kp, fresp.NodeID)
+			init := kmsg.NewPtrInitProducerIDRequest()
+			init.TransactionalID, init.TransactionTimeoutMillis = kmsg.StringPtr(own), 60000
+			ip := kmsg.NewPtrInitProducerIDResponse()
+			r.roundTrip(init, ip)
+			if ip.ErrorCode != want {
+				t.Errorf("%s: InitProducerId of %s: code %d, want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", who, own, ip.ErrorCode)
+			}
+			end := kmsg.NewPtrEndTxnRequest()
+			end.TransactionalID, end.ProducerID, end.ProducerEpoch = own, 1, 0
+			eresp := kmsg.NewPtrEndTxnResponse()
+			r.roundTrip(end, eresp)
+			ao := kmsg.NewPtrAddOffsetsToTxnRequest()
+			ao.TransactionalID, ao.Group = own, "hostile"
+			aoresp := kmsg.NewPtrAddOffsetsToTxnResponse()
+			r.roundTrip(ao, aoresp)
+			add := kmsg.NewPtrAddPartitionsToTxnRequest()
+			add.SetVersion(3)
+			add.TransactionalID = own
+			at := kmsg.NewAddPartitionsToTxnRequestTopic()
+			at.Topic, at.Partitions = "hostile-any", []int32{0}
+			add.Topics = append(add.Topics, at)
+			aresp := kmsg.NewPtrAddPartitionsToTxnResponse()
+			r.roundTrip(add, aresp)
+			toc := kmsg.NewPtrTxnOffsetCommitRequest()
+			toc.TransactionalID, toc.Group = own, "hostile"
+			tt := kmsg.NewTxnOffsetCommitRequestTopic()
+			tt.Topic = "hostile-any"
+			tp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			tt.Partitions = append(tt.Partitions, tp)
+			toc.Topics = append(toc.Topics, tt)
+			tresp := kmsg.NewPtrTxnOffsetCommitResponse()
+			r.roundTrip(toc, tresp)
+			if eresp.ErrorCode != want || aoresp.ErrorCode != want || len(aresp.Topics) != 1 || aresp.Topics[0].Partitions[0].ErrorCode != want ||
+				len(tresp.Topics) != 1 || tresp.Topics[0].Partitions[0].ErrorCode != want {
+				t.Errorf("%s: EndTxn %d, AddOffsetsToTxn %d, AddPartitionsToTxn %+v, TxnOffsetCommit %+v; want TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+					who, eresp.ErrorCode, aoresp.ErrorCode, aresp.Topics, tresp.Topics)
+			}
+			// A transactional Produce with the id, to the mirror partition's leader.
+			pr := kmsg.NewPtrProduceRequest()
+			pr.SetVersion(11)
+			pr.TransactionID, pr.Acks, pr.TimeoutMillis = kmsg.StringPtr(own), -1, 10000
+			pt := kmsg.NewProduceRequestTopic()
+			pt.Topic = h.topic
+			pp := kmsg.NewProduceRequestTopicPartition()
+			pp.Partition, pp.Records = 0, oneBatch()
+			pt.Partitions = append(pt.Partitions, pp)
+			pr.Topics = append(pr.Topics, pt)
+			presp := kmsg.NewPtrProduceResponse()
+			h.dial(inst, kp, h.leader(ctx, h.topic, 0)).roundTrip(pr, presp)
+			if len(presp.Topics) != 1 || presp.Topics[0].Partitions[0].ErrorCode != want {
+				t.Errorf("%s: Produce with transactional id %s: %+v", who, own, presp.Topics)
+			}
+			// Reading: DescribeTransactions refuses it (another id goes to D), ListTransactions
+			// leaves it out.
+			dt := kmsg.NewPtrDescribeTransactionsRequest()
+			dt.TransactionalIDs = []string{own, "hostile-unknown"}
+			dresp := kmsg.NewPtrDescribeTransactionsResponse()
+			r.roundTrip(dt, dresp)
+			codes := map[string]int16{}
+			for _, st := range dresp.TransactionStates {
+				codes[st.TransactionalID] = st.ErrorCode
+			}
+			if c, ok := codes[own]; !ok || c != want || len(codes) != 2 || codes["hostile-unknown"] == want {
+				t.Errorf("%s: DescribeTransactions: %v", who, codes)
+			}
+			lresp := kmsg.NewPtrListTransactionsResponse()
+			r.roundTrip(kmsg.NewPtrListTransactionsRequest(), lresp)
+			for _, st := range lresp.TransactionStates {
+				if rules.IsOwnTransactionalID(&st.TransactionalID) {
+					t.Errorf("%s: ListTransactions lists %s", who, st.TransactionalID)
+				}
+			}
+
+			// offsetgate's ledger appender was not fenced: the mirror partition is written on.
+			req := kmsg.NewPtrProduceRequest()
+			req.SetVersion(11)
+			req.Acks, req.TimeoutMillis = -1, 10000
+			rt := kmsg.NewProduceRequestTopic()
+			rt.Topic = h.topic
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Partition, rp.Records = 0, batchAt(next)
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			resp := sendWithMagic(ctx, t, h.client(h.mirror), h.certs.ClientTLS(h.mirror), req)
+			if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 {
+				msg := ""
+				if p.ErrorMessage != nil {
+					msg = *p.ErrorMessage
+				}
+				t.Fatalf("%s: produce-at-offset at %d after the attempts: code %d (%s)", who, next, p.ErrorCode, msg)
+			}
+			next++
+		}
+	}
+	// D itself lists the id: what offsetgate leaves out is there.
+	dcl, err := h.d.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dcl.Close()
+	found := false
+	for i := 0; i < 50 && !found; i++ {
+		shards := dcl.RequestSharded(ctx, kmsg.NewPtrListTransactionsRequest())
+		for _, sh := range shards {
+			if lr, ok := sh.Resp.(*kmsg.ListTransactionsResponse); ok && sh.Err == nil {
+				for _, st := range lr.TransactionStates {
+					found = found || st.TransactionalID == own
+				}
+			}
+		}
+		if !found {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if !found {
+		t.Fatalf("the destination does not list %s: the test shows nothing", own)
+	}
+}

@@ -6,13 +6,14 @@ import "github.com/twmb/franz-go/pkg/kerr"
 // already knows how to handle (docs/PROTOCOL.md says when each is answered).
 var (
 	// Refusals of the rules.
-	ErrUnknownTopic       = kerr.UnknownTopicOrPartition.Code  // a name the destination does not show offsetgate
-	ErrUnknownTopicID     = kerr.UnknownTopicID.Code           // an id the destination does not show offsetgate
-	ErrTopicAuthorization = kerr.TopicAuthorizationFailed.Code // not an approved mirroring client, or offsetgate's own topic
-	ErrInvalidConfig      = kerr.InvalidConfig.Code            // a config change that would break exactness, or adding the mark later
-	ErrPolicyViolation    = kerr.PolicyViolation.Code          // an operation that would break a mirror's exactness
-	ErrNotAttempted       = kerr.OperationNotAttempted.Code    // the rest of a request refused whole (AddPartitionsToTxn)
-	ErrIllegalSASLState   = kerr.IllegalSaslState.Code         // a SASL step out of order
+	ErrUnknownTopic       = kerr.UnknownTopicOrPartition.Code            // a name the destination does not show offsetgate
+	ErrUnknownTopicID     = kerr.UnknownTopicID.Code                     // an id the destination does not show offsetgate
+	ErrTopicAuthorization = kerr.TopicAuthorizationFailed.Code           // not an approved mirroring client, or offsetgate's own topic
+	ErrInvalidConfig      = kerr.InvalidConfig.Code                      // a config change that would break exactness, or adding the mark later
+	ErrPolicyViolation    = kerr.PolicyViolation.Code                    // an operation that would break a mirror's exactness
+	ErrNotAttempted       = kerr.OperationNotAttempted.Code              // the rest of a request refused whole (AddPartitionsToTxn)
+	ErrIllegalSASLState   = kerr.IllegalSaslState.Code                   // a SASL step out of order
+	ErrTxnIDAuthorization = kerr.TransactionalIDAuthorizationFailed.Code // one of offsetgate's own transactional ids
 
 	// Produce-at-offset answers.
 	ErrInvalidRecord  = kerr.InvalidRecord.Code            // a batch this version cannot mirror exactly, or a bad CRC

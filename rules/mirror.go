@@ -49,6 +49,18 @@ const MarkVersion = 1
 // IsOwnTopic reports whether a topic is offsetgate's own.
 func IsOwnTopic(name string) bool { return strings.HasPrefix(name, OwnTopicPrefix) }
 
+// IsOwnTransactionalID reports whether a transactional id is offsetgate's own (the prefix of
+// its topics): each ledger partition's appender is the producer of such an id, and the
+// destination fences an appender whenever anyone initializes its id again. No client may use
+// one: an InitProducerId with it would fence offsetgate's ledger appends.
+func IsOwnTransactionalID(id *string) bool { return id != nil && strings.HasPrefix(*id, OwnTopicPrefix) }
+
+// OwnTransactionalIDMessage is the refusal of a client's request naming one of offsetgate's
+// transactional ids.
+func OwnTransactionalIDMessage(id string) string {
+	return "offsetgate: transactional id " + id + " is offsetgate's own (" + OwnTopicPrefix + "*); clients may not use it"
+}
+
 // The source settings a mirror topic may carry at creation.
 var sourceKeys = map[string]bool{
 	"retention.ms": true, "retention.bytes": true, "cleanup.policy": true,

@@ -133,6 +133,7 @@ func produceDecide(s *Session, r *request) error {
 	byID := r.h.version >= 13
 	policy := s.cfg.Policy()
 	atOffset := r.magic.Valid
+	ownTxn := rules.IsOwnTransactionalID(req.TransactionID)
 	var refused []refusal
 	var writes []atOffsetPart
 	promoted := false
@@ -155,6 +156,8 @@ func produceDecide(s *Session, r *request) error {
 			}
 		}
 		switch {
+		case ownTxn:
+			refuse(rules.ErrTxnIDAuthorization, rules.OwnTransactionalIDMessage(*req.TransactionID))
 		case !found && byID:
 			refuse(rules.ErrUnknownTopicID, "offsetgate: the destination does not show this topic id; nothing was written")
 		case !found:

@@ -40,6 +40,17 @@ var addPartitionsToTxnHandler = handler{
 
 func addPartitionsToTxnDecide(s *Session, r *request) error {
 	req := *r.req.(*kmsg.AddPartitionsToTxnRequest)
+	ids := []string{req.TransactionalID}
+	for _, tx := range req.Transactions {
+		ids = append(ids, tx.TransactionalID)
+	}
+	for _, id := range ids {
+		if rules.IsOwnTransactionalID(&id) {
+			// 22_init_producer_id.go says why.
+			addPartitionsToTxnRefuse(s, r, rules.ErrTxnIDAuthorization, rules.OwnTransactionalIDMessage(id))
+			return nil
+		}
+	}
 	var names []string
 	for _, t := range req.Topics {
 		names = append(names, t.Topic)

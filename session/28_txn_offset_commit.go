@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/catalog"
+	"offsetgate/rules"
 	"offsetgate/view"
 )
 
@@ -29,6 +30,11 @@ func txnOffsetCommitTopics(r *request) []namedTopic {
 
 func txnOffsetCommitDecide(s *Session, r *request) error {
 	req := r.req.(*kmsg.TxnOffsetCommitRequest)
+	if rules.IsOwnTransactionalID(&req.TransactionalID) {
+		// 22_init_producer_id.go says why.
+		txnOffsetCommitRefuse(s, r, rules.ErrTxnIDAuthorization, rules.OwnTransactionalIDMessage(req.TransactionalID))
+		return nil
+	}
 	changed := false
 	err := s.eachView(r, txnOffsetCommitTopics(r), func(ti, pi int, _ *catalog.Topic, pv *view.Partition) {
 		p := &req.Topics[ti].Partitions[pi]

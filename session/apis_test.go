@@ -1,6 +1,7 @@
 package session
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -64,5 +65,59 @@ func TestEveryKeyClassified(t *testing.T) {
 		if apiRules[kmsg.Key(k)].class != translated {
 			t.Errorf("key %d (%s) must be translated", k, kmsg.NameForKey(k))
 		}
+	}
+}
+
+// namesTxnID reports whether a kmsg message type carries a transactional id anywhere.
+func namesTxnID(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		switch f.Name {
+		case "TransactionalID", "TransactionID", "TransactionalIDs":
+			return true
+		}
+		if namesTxnID(f.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// offsetgate's own transactional ids fence its ledger appends when a client initializes them:
+// every api whose request names a transactional id is judged (its handler refuses them), and
+// every one whose answer lists them has a handler that can leave them out. A new api carrying
+// transactional ids fails here until it is handled.
+func TestTransactionalIDsHandled(t *testing.T) {
+	seen := 0
+	for k := int16(0); k <= kmsg.MaxKey; k++ {
+		req := kmsg.RequestForKey(k)
+		if req == nil {
+			continue
+		}
+		if _, ex := excluded[kmsg.Key(k)]; ex {
+			continue
+		}
+		h := handlerFor(k)
+		if namesTxnID(reflect.TypeOf(req)) {
+			seen++
+			if h == nil || h.decide == nil {
+				t.Errorf("key %d (%s) names transactional ids but has no request handler to refuse offsetgate's own", k, kmsg.NameForKey(k))
+			}
+		}
+		if namesTxnID(reflect.TypeOf(req.ResponseKind())) && !namesTxnID(reflect.TypeOf(req)) {
+			seen++
+			if h == nil || h.response == nil {
+				t.Errorf("key %d (%s) answers with transactional ids but has no response handler to leave offsetgate's own out", k, kmsg.NameForKey(k))
+			}
+		}
+	}
+	if seen < 7 {
+		t.Fatalf("%d apis carry transactional ids; Produce, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions and ListTransactions do", seen)
 	}
 }

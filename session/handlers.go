@@ -94,6 +94,16 @@ func handlerFor(key int16) *handler {
 		return &saslAuthenticateHandler
 	case kmsg.DescribeCluster:
 		return &describeClusterHandler
+	case kmsg.InitProducerID:
+		return &initProducerIDHandler
+	case kmsg.AddOffsetsToTxn:
+		return &addOffsetsToTxnHandler
+	case kmsg.EndTxn:
+		return &endTxnHandler
+	case kmsg.DescribeTransactions:
+		return &describeTransactionsHandler
+	case kmsg.ListTransactions:
+		return &listTransactionsHandler
 	case kmsg.DescribeProducers:
 		return &describeProducersHandler
 	case kmsg.DescribeTopicPartitions:
