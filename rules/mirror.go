@@ -53,7 +53,9 @@ func IsOwnTopic(name string) bool { return strings.HasPrefix(name, OwnTopicPrefi
 // its topics): each ledger partition's appender is the producer of such an id, and the
 // destination fences an appender whenever anyone initializes its id again. No client may use
 // one: an InitProducerId with it would fence offsetgate's ledger appends.
-func IsOwnTransactionalID(id *string) bool { return id != nil && strings.HasPrefix(*id, OwnTopicPrefix) }
+func IsOwnTransactionalID(id *string) bool {
+	return id != nil && strings.HasPrefix(*id, OwnTopicPrefix)
+}
 
 // OwnTransactionalIDMessage is the refusal of a client's request naming one of offsetgate's
 // transactional ids.
