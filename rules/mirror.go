@@ -50,9 +50,8 @@ const MarkVersion = 1
 func IsOwnTopic(name string) bool { return strings.HasPrefix(name, OwnTopicPrefix) }
 
 // IsOwnTransactionalID reports whether a transactional id is offsetgate's own (the prefix of
-// its topics): each ledger partition's appender is the producer of such an id, and the
-// destination fences an appender whenever anyone initializes its id again. No client may use
-// one: an InitProducerId with it would fence offsetgate's ledger appends.
+// its topics): each ledger partition's appender is the producer of such an id, whose epoch the
+// ledger's fencing is built on and only a takeover may bump. No client may use one.
 func IsOwnTransactionalID(id *string) bool {
 	return id != nil && strings.HasPrefix(*id, OwnTopicPrefix)
 }

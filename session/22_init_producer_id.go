@@ -4,8 +4,9 @@ package session
 //
 // Producer ids only, so it passes, except for offsetgate's own transactional ids
 // (rules.IsOwnTransactionalID): each ledger partition is appended by the producer of such an
-// id, and initializing it again bumps its epoch, which makes the destination fence
-// offsetgate's next ledger append as if another instance had taken the partition over. Those
+// id, and the ledger's fencing of a stale instance is built on that producer's epoch, which
+// only a takeover may bump. (A bump alone does not stop the holder's appends: a partition
+// learns a new epoch from an append, and clients never append to offsetgate's topics.) Those
 // are answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED and never reach the destination.
 
 import (
