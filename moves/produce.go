@@ -46,7 +46,8 @@ import (
 const SourcePIDBit int64 = 1 << 62
 
 // duplicateWindow is how many of a partition's newest mirrored batches are looked at for a
-// retried write: Kafka itself keeps five batches per producer.
+// retried write: Kafka itself keeps five batches per producer. Beyond it the producer's state
+// in the source view still tells a sequence already written (refused, not written twice).
 const duplicateWindow = 4096
 
 // ProducePart is one partition of a Produce request for a promoted topic.

@@ -799,10 +799,10 @@ func (p *Partition) readBack(ctx context.Context, pgs ...*page) error {
 	return nil
 }
 
-// ProducerMatch is what the newest mirrored batches say of a source producer's batch.
+// ProducerMatch is what the mirrored batches say of a source producer's batch.
 type ProducerMatch struct {
-	// Seen: a batch of the producer (id and epoch) is among the batches looked at; LastSeq is
-	// the last sequence of the newest one.
+	// Seen: the producer (id and epoch) has a mirrored batch, among the batches looked at or
+	// in its producer state (producers.go); LastSeq is the last sequence of its newest one.
 	Seen    bool
 	LastSeq int32
 	// Found: the batch with this base sequence is mirrored; Src is its source base offset.
@@ -813,11 +813,17 @@ type ProducerMatch struct {
 // SourceProducer looks for a source producer's batch (id, epoch, base sequence) among the
 // newest n batches of the index whose pages are in memory: a write that reaches the source
 // and is then retried elsewhere (a producer switched to the destination at a promotion) must
-// be answered as the duplicate it is. It never waits.
-func (p *Partition) SourceProducer(pid int64, epoch int16, seq int32, n int) ProducerMatch {
+// be answered as the duplicate it is. A producer none of those batches holds is still Seen,
+// with its last sequence, when its producer state has its epoch: a retry of an older batch is
+// then known to repeat sequences the source has, though not where. It never waits.
+func (p *Partition) SourceProducer(pid int64, epoch int16, seq int32, n int) (m ProducerMatch) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	var m ProducerMatch
+	defer func() {
+		if st := p.producers[pid]; !m.Seen && st != nil && st.epoch == epoch && st.lastSeq >= 0 {
+			m.Seen, m.LastSeq = true, st.lastSeq
+		}
+	}()
 	for i := len(p.book) - 1; i >= 0 && n > 0; i-- {
 		es := p.book[i].entries
 		if es == nil {

@@ -134,3 +134,24 @@ func BenchmarkAdd(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(es)), "ns/entry")
 }
+
+// A producer's batch older than the batches SourceProducer looks at is still known to have
+// been mirrored, from the producer's state: a retry of it after a promotion is refused rather
+// than written twice. Another epoch of the producer is not the same producer.
+func TestSourceProducerBeyondWindow(t *testing.T) {
+	ts := time.Now().UnixMilli()
+	es := []ledger.Entry{{Kind: ledger.KindBatch, Src: 0, Last: 2, D: 0, Count: 3, MaxTS: ts, SrcPID: 11, SrcPEpoch: 1, SrcSeq: 0, PID: 7}}
+	for i := int64(3); i < 3+100; i++ {
+		es = append(es, ledger.Entry{Kind: ledger.KindBatch, Src: i, Last: i, D: i, Count: 1, MaxTS: ts, SrcPID: 12, SrcSeq: int32(i - 3), PID: 7})
+	}
+	p := NewPartition(es)
+	if m := p.SourceProducer(11, 1, 0, 1000); !m.Found || m.Src != 0 || !m.Seen || m.LastSeq != 2 {
+		t.Fatalf("within the window: %+v", m)
+	}
+	if m := p.SourceProducer(11, 1, 0, 50); m.Found || !m.Seen || m.LastSeq != 2 {
+		t.Fatalf("beyond the window: %+v, want seen with last sequence 2", m)
+	}
+	if m := p.SourceProducer(11, 2, 0, 50); m.Seen || m.Found {
+		t.Fatalf("another epoch: %+v, want unknown", m)
+	}
+}
