@@ -156,6 +156,20 @@ func pinned(key string, source map[string]string) string {
 	return ""
 }
 
+// MissingGuarded is the guarded settings a mirror topic lacks on the topic itself (set: the
+// keys the destination holds as topic settings), with the values creation pins for them from
+// its mark's source settings. A mirror topic created by an earlier version may lack some: the
+// broker's defaults would reach it there.
+func MissingGuarded(set map[string]bool, m *Mark) map[string]string {
+	out := map[string]string{}
+	for _, k := range Guarded {
+		if !set[k] {
+			out[k] = pinned(k, m.Source)
+		}
+	}
+	return out
+}
+
 // DestinationConfigs turns the configs a client sent with a mirror topic's CreateTopics into
 // what the destination broker gets (offsetgate keys removed, every guarded setting set on the
 // topic) and the source settings to store with the mark. It refuses, naming the setting,

@@ -64,9 +64,10 @@ type State struct {
 	View    *view.View
 	Writer  *atoffset.Writer
 
-	cl   *kgo.Client // offsetgate's writer client: acks=all, no linger
-	repl *kgo.Client // the checks of ledger replication (LedgerLeaderAcks), nil without
-	done chan struct{}
+	cl      *kgo.Client // offsetgate's writer client: acks=all, no linger
+	repl    *kgo.Client // the checks of ledger replication (LedgerLeaderAcks), nil without
+	done    chan struct{}
+	guarded chan struct{} // closed when the guarded settings' check (guard.go) ended
 }
 
 // Open reads every mirror mark (within ctx and OpenTimeout), then builds the ledger, the
@@ -110,6 +111,8 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 			return nil, err
 		}
 	}
+	st.guarded = make(chan struct{})
+	go func() { defer close(st.guarded); guardLater(run, st.cl, cat, cfg.Log.Named("guard")) }()
 	st.Ledger = ledger.New(st.cl)
 	st.View = view.New(run, st.Ledger, st.cl, cfg.Log.Named("view"), cfg.ViewMemory)
 	if cfg.Metrics != nil {
@@ -185,6 +188,7 @@ func Open(ctx, run context.Context, cfg Config) (*State, error) {
 // The writer goes first: a trim after a snapshot may load a partition's view.
 func (st *State) Close() {
 	<-st.done
+	<-st.guarded
 	st.Writer.Close()
 	st.View.Wait()
 	st.cl.Close()
