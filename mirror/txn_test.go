@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -210,6 +212,20 @@ func TestMirrorTransactions(t *testing.T) {
 	}
 	compare("with a transaction open")
 
+	// The Java admin client's view of the same (kafka-transactions.sh describe-producers), through
+	// a plaintext offsetgate and on the source: the same table, the open transaction included.
+	consumers := e.plain(t)
+	for p := 0; p < 3; p++ {
+		want := kafkaTool(ctx, t, "transactions", "--bootstrap-server", s.Addrs()[0], "describe-producers", "--topic", topic, "--partition", fmt.Sprint(p))
+		got := kafkaTool(ctx, t, "transactions", "--bootstrap-server", consumers, "describe-producers", "--topic", topic, "--partition", fmt.Sprint(p))
+		if got != want || !strings.Contains(want, "ProducerId") || len(strings.Split(strings.TrimSpace(want), "\n")) < 3 {
+			t.Fatalf("kafka-transactions.sh describe-producers of partition %d through offsetgate:\n%s\non the source:\n%s", p, got, want)
+		}
+		if p == 0 {
+			t.Logf("kafka-transactions.sh describe-producers through offsetgate, as on the source:\n%s", got)
+		}
+	}
+
 	// The open transaction's records are invisible to read_committed until its marker is
 	// mirrored; then they appear, as on the source.
 	if err := a.EndTransaction(ctx, kgo.TryCommit); err != nil {
@@ -218,7 +234,6 @@ func TestMirrorTransactions(t *testing.T) {
 	compare("after the open transaction committed")
 
 	// The Java consumer, at both isolation levels, through a second (plaintext) offsetgate.
-	consumers := e.plain(t)
 	for _, level := range []string{"read_committed", "read_uncommitted"} {
 		want := consumeLevel(ctx, t, []kgo.Opt{kgo.SeedBrokers(s.Addrs()...)}, topic, level == "read_committed")
 		got, err := realclients.JavaConsumeAt(ctx, consumers, topic, len(want), 60000, level)
@@ -256,6 +271,24 @@ func TestMirrorTransactions(t *testing.T) {
 		t.Fatalf("direct read_committed consumer of D: %d records (%d fillers, %d of an aborted transaction); the source holds %d data records",
 			len(direct), fillers, aborted, len(all))
 	}
+}
+
+// kafkaTool runs one of Apache Kafka's command-line tools (scripts/kafka-tool) and returns
+// what it printed.
+func kafkaTool(ctx context.Context, t testing.TB, args ...string) string {
+	t.Helper()
+	root, err := testkafka.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "scripts", "kafka-tool")}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kafka-tool %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
 }
 
 // sameProducers compares DescribeProducers through offsetgate with the source's: the same
