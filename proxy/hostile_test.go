@@ -55,18 +55,8 @@ func newHostile(t *testing.T) *hostile {
 		t.Fatal(err)
 	}
 	// One produce-at-offset write through A: the topic's ledger exists from then on.
-	req := kmsg.NewPtrProduceRequest()
-	req.SetVersion(11)
-	req.Acks, req.TimeoutMillis = -1, 10000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = h.topic
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition, rp.Records = 0, oneBatch()
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp := sendWithMagic(ctx, t, e.client(e.mirror), e.certs.ClientTLS(e.mirror), req)
-	if c := resp.Topics[0].Partitions[0].ErrorCode; c != 0 {
-		t.Fatalf("produce-at-offset by the approved client: code %d", c)
+	if p := h.writeAt(ctx, 0); p.ErrorCode != 0 {
+		t.Fatalf("produce-at-offset by the approved client: code %d", p.ErrorCode)
 	}
 	adm, err := e.d.Admin()
 	if err != nil {
@@ -79,6 +69,22 @@ func newHostile(t *testing.T) *hostile {
 	}
 	h.id = md.Topics[h.topic].ID
 	return h
+}
+
+// writeAt writes one batch at source offset base into partition 0 of the mirror topic through
+// A, produce-at-offset as the approved mirroring client, and returns the partition's answer.
+func (h *hostile) writeAt(ctx context.Context, base int64) kmsg.ProduceResponseTopicPartition {
+	h.t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(11)
+	req.Acks, req.TimeoutMillis = -1, 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = h.topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = 0, batchAt(base)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return sendWithMagic(ctx, h.t, h.client(h.mirror), h.certs.ClientTLS(h.mirror), req).Topics[0].Partitions[0]
 }
 
 func testNames(t *testing.T) string {
@@ -539,17 +545,7 @@ func TestOwnTransactionalIDsRefused(t *testing.T) {
 			}
 
 			// offsetgate's ledger appender was not fenced: the mirror partition is written on.
-			req := kmsg.NewPtrProduceRequest()
-			req.SetVersion(11)
-			req.Acks, req.TimeoutMillis = -1, 10000
-			rt := kmsg.NewProduceRequestTopic()
-			rt.Topic = h.topic
-			rp := kmsg.NewProduceRequestTopicPartition()
-			rp.Partition, rp.Records = 0, batchAt(next)
-			rt.Partitions = append(rt.Partitions, rp)
-			req.Topics = append(req.Topics, rt)
-			resp := sendWithMagic(ctx, t, h.client(h.mirror), h.certs.ClientTLS(h.mirror), req)
-			if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 {
+			if p := h.writeAt(ctx, next); p.ErrorCode != 0 {
 				msg := ""
 				if p.ErrorMessage != nil {
 					msg = *p.ErrorMessage

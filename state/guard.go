@@ -18,9 +18,9 @@ import (
 // settings, with the values creation pins today. A mirror topic created by an earlier version
 // may lack some (the list grew), and there a change of the destination broker's defaults (its
 // cleanup policy, its largest message, unclean elections) would reach the topic and break its
-// exactness. Settings the topic has are never changed. It returns the settings it set, by
-// topic. Several instances may run it at once: they set the same values.
-func Guard(ctx context.Context, cl *kgo.Client, mirrors []catalog.Topic, log *zap.Logger) (map[string][]string, error) {
+// exactness. Settings the topic has are never changed; what it sets is logged. Several
+// instances may run it at once: they set the same values.
+func Guard(ctx context.Context, cl *kgo.Client, mirrors []catalog.Topic, log *zap.Logger) error {
 	marks := map[string]*rules.Mark{}
 	var names []string
 	for _, t := range mirrors {
@@ -30,16 +30,14 @@ func Guard(ctx context.Context, cl *kgo.Client, mirrors []catalog.Topic, log *za
 		}
 	}
 	if len(names) == 0 {
-		return nil, nil
+		return nil
 	}
 	sort.Strings(names)
 	adm := kadm.NewClient(cl)
 	described, err := adm.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	set := map[string][]string{}
-	var alters []kadm.AlterConfig
 	for _, rc := range described {
 		m := marks[rc.Name]
 		if rc.Err != nil || m == nil {
@@ -60,6 +58,7 @@ func Guard(ctx context.Context, cl *kgo.Client, mirrors []catalog.Topic, log *za
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
+		alters := make([]kadm.AlterConfig, 0, len(keys))
 		for _, k := range keys {
 			v := missing[k]
 			alters = append(alters, kadm.AlterConfig{Op: kadm.SetConfig, Name: k, Value: &v})
@@ -67,7 +66,6 @@ func Guard(ctx context.Context, cl *kgo.Client, mirrors []catalog.Topic, log *za
 		// IncrementalAlterConfigs takes one topic's changes per resource; kadm applies the
 		// same list to every topic named, so each topic gets a call of its own.
 		resps, err := adm.AlterTopicConfigs(ctx, alters, rc.Name)
-		alters = alters[:0]
 		if err == nil {
 			err = resps[0].Err
 		}
@@ -76,10 +74,9 @@ func Guard(ctx context.Context, cl *kgo.Client, mirrors []catalog.Topic, log *za
 				zap.String("topic", rc.Name), zap.Strings("settings", keys), zap.Error(err))
 			continue
 		}
-		set[rc.Name] = keys
 		log.Info("mirror topic lacked guarded settings; set them as creation does", zap.String("topic", rc.Name), zap.Any("settings", missing))
 	}
-	return set, nil
+	return nil
 }
 
 // guardLater runs Guard once in the background, a few attempts while the destination does
@@ -87,7 +84,7 @@ func Guard(ctx context.Context, cl *kgo.Client, mirrors []catalog.Topic, log *za
 func guardLater(run context.Context, cl *kgo.Client, cat *catalog.Catalog, log *zap.Logger) {
 	for attempt := 0; attempt < 5; attempt++ {
 		ctx, cancel := context.WithTimeout(run, time.Minute)
-		_, err := Guard(ctx, cl, cat.Mirrors(), log)
+		err := Guard(ctx, cl, cat.Mirrors(), log)
 		cancel()
 		if err == nil || run.Err() != nil {
 			return

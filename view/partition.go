@@ -816,14 +816,10 @@ type ProducerMatch struct {
 // be answered as the duplicate it is. A producer none of those batches holds is still Seen,
 // with its last sequence, when its producer state has its epoch: a retry of an older batch is
 // then known to repeat sequences the source has, though not where. It never waits.
-func (p *Partition) SourceProducer(pid int64, epoch int16, seq int32, n int) (m ProducerMatch) {
+func (p *Partition) SourceProducer(pid int64, epoch int16, seq int32, n int) ProducerMatch {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	defer func() {
-		if st := p.producers[pid]; !m.Seen && st != nil && st.epoch == epoch && st.lastSeq >= 0 {
-			m.Seen, m.LastSeq = true, st.lastSeq
-		}
-	}()
+	var m ProducerMatch
 	for i := len(p.book) - 1; i >= 0 && n > 0; i-- {
 		es := p.book[i].entries
 		if es == nil {
@@ -846,6 +842,9 @@ func (p *Partition) SourceProducer(pid int64, epoch int16, seq int32, n int) (m 
 				return m
 			}
 		}
+	}
+	if st := p.producers[pid]; !m.Seen && st != nil && st.epoch == epoch && st.lastSeq >= 0 {
+		m.Seen, m.LastSeq = true, st.lastSeq
 	}
 	return m
 }
