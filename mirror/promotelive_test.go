@@ -254,6 +254,45 @@ func TestPromoteLiveProducers(t *testing.T) {
 
 	// Everything, read through a destination listener in source offsets.
 	px := e.plain(t)
+
+	// Admin tools on the source listener see the promoted topic's producers as a destination
+	// listener shows them (the source's states and the writes carried to the destination
+	// since), not the source's broker's, which knows nothing of those writes.
+	producersOf := func(seeds ...string) []string {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ps, err := kadm.NewClient(cl).DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}, 1: {}, 2: {}}})
+		if err != nil {
+			t.Fatalf("DescribeProducers through %s: %v", seeds, err)
+		}
+		var out []string
+		for _, tp := range ps {
+			for _, pp := range tp.Partitions {
+				if pp.Err != nil {
+					t.Fatalf("DescribeProducers of %s[%d] through %s: %v", topic, pp.Partition, seeds, pp.Err)
+				}
+			}
+		}
+		for _, p := range ps.SortedProducers() {
+			out = append(out, fmt.Sprintf("p%d pid %d epoch %d seq %d ts %d txn %d", p.Partition, p.ProducerID,
+				p.ProducerEpoch, p.LastSequence, p.LastTimestamp, p.CurrentTxnStartOffset))
+		}
+		return out
+	}
+	viaSource, viaDest, ofSource := producersOf(apps), producersOf(px), producersOf(s.Addrs()...)
+	if fmt.Sprint(viaSource) != fmt.Sprint(viaDest) {
+		t.Errorf("DescribeProducers through the source listener:\n%s\nthrough a destination listener:\n%s",
+			strings.Join(viaSource, "\n"), strings.Join(viaDest, "\n"))
+	}
+	if fmt.Sprint(viaSource) == fmt.Sprint(ofSource) || len(viaSource) <= len(ofSource) {
+		t.Errorf("DescribeProducers through the source listener lists %d producers, the source %d: the writes since the promotion are missing",
+			len(viaSource), len(ofSource))
+	}
+	t.Logf("DescribeProducers: %d producers through the source listener, %d through a destination listener, %d on the source",
+		len(viaSource), len(viaDest), len(ofSource))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(px), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)

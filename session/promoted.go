@@ -3,10 +3,10 @@ package session
 // Source connections and promoted topics. Once a mirror topic is promoted, its records are
 // written to the destination only; a client of a source listener keeps talking to the source
 // brokers it knows, so the session carries the topic's partitions of its Fetch, ListOffsets,
-// OffsetForLeaderEpoch and Produce requests to the destination's leaders (on the carrier's
-// connections) and answers them in source terms with the topic's source view, as a
-// destination listener would; the other partitions go to the source as before and the
-// answers are put together. Metadata still names the source's brokers: the client never
+// OffsetForLeaderEpoch, DescribeProducers and Produce requests to the destination's leaders
+// (on the carrier's connections) and answers them in source terms with the topic's source
+// view, as a destination listener would; the other partitions go to the source as before and
+// the answers are put together. Metadata still names the source's brokers: the client never
 // learns of the switch (docs/DESIGN.md, "Producers and consumers at promotion").
 
 import (

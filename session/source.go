@@ -129,6 +129,8 @@ func (s *Session) fromSource(r *request) error {
 			decided, err = s.sourceListOffsets(r)
 		case kmsg.OffsetForLeaderEpoch:
 			decided, err = s.sourceOffsetForLeaderEpoch(r)
+		case kmsg.DescribeProducers:
+			decided, err = s.sourceDescribeProducers(r)
 		}
 		if decided || err != nil {
 			return err
