@@ -75,6 +75,25 @@ func (s *Session) judge(hd *handler, r *request) error {
 	return hd.decide(s, r)
 }
 
+// decodable refuses, with the rules on, a request of an api offsetgate does not pass as bytes
+// (apiRules) that was not judged (its handler only rewrites the answer, or is not active now)
+// and that kmsg cannot decode: a broker's decoder may read such a body differently, and
+// offsetgate forwards nothing it could not have judged.
+func (s *Session) decodable(r *request) error {
+	if s.cfg.Catalog == nil || apiRules[kmsg.Key(r.h.key)].class == passed {
+		return nil
+	}
+	req := kmsg.RequestForKey(r.h.key)
+	if req == nil {
+		return r.undecodable(errors.New("kmsg has no request type for this key"))
+	}
+	req.SetVersion(r.h.version)
+	if err := r.decode(req, true); err != nil {
+		return r.undecodable(err)
+	}
+	return nil
+}
+
 func (r *request) decode(req kmsg.Request, unsafe bool) error {
 	if u, ok := req.(unsafeReader); ok && unsafe {
 		if err := u.UnsafeReadFrom(r.body); err != nil {

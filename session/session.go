@@ -501,6 +501,8 @@ func (s *Session) request(frame []byte) (out []byte, asIs bool, err error) {
 		if err := s.judge(hd, r); err != nil {
 			return nil, false, err
 		}
+	} else if err := s.decodable(r); err != nil {
+		return nil, false, err
 	}
 	if s.cfg.NodeShift > 0 {
 		if err := s.fromSource(r); err != nil {
