@@ -19,7 +19,11 @@ import (
 // check runs the checks after a recovery and adds what held and what failed to o.
 func (c *campaign) check(ctx context.Context, o *Outcome) {
 	e := c.e
-	for _, t := range []*tally{c.direct, c.group, c.txn} {
+	tallies := []*tally{c.direct, c.group, c.txn}
+	if c.compact != nil {
+		tallies = append(tallies, c.compact)
+	}
+	for _, t := range tallies {
 		if v, n := t.take(); n > 0 {
 			o.Failures = append(o.Failures, fmt.Sprintf("%d records not read exactly once in source order, first: %s", n, strings.Join(v[:min(len(v), 3)], "; ")))
 		} else {
@@ -30,29 +34,14 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	for _, topic := range []string{e.topic, e.txnTopic} {
-		code, out, errOut := e.command(vctx, "verify", "--source", e.src.Bootstrap(), "--proxy", e.ogs[0].listen, "--topic", topic,
-			"--json", "--tls-ca", e.certs.CA.CertFile)
-		var lines []struct {
-			Partition      int32  `json:"partition"`
-			Batches        int64  `json:"batches"`
-			SourceHeadLost int64  `json:"source_head_lost"`
-			Lost           string `json:"lost"`
-			Difference     string `json:"difference"`
-			Error          string `json:"error"`
-		}
-		jerr := json.Unmarshal([]byte(out), &lines)
-		switch {
-		case code != 0 || jerr != nil:
-			var bad []string
-			for _, l := range lines {
-				if l.Error != "" || l.Difference != "" || l.Lost != "" {
-					bad = append(bad, fmt.Sprintf("[%d] %s%s%s", l.Partition, l.Error, l.Difference, l.Lost))
-				}
-			}
-			o.Failures = append(o.Failures, fmt.Sprintf("offsetgate verify %s exit %d: %s %s", topic, code, strings.Join(bad, "; "), strings.TrimSpace(errOut)))
-		default:
+		if bad := c.verify(vctx, topic); bad != "" {
+			o.Failures = append(o.Failures, bad)
+		} else {
 			o.Held = append(o.Held, "verify "+topic+" identical, nothing lost at the head")
 		}
+	}
+	if e.compactTopic != "" {
+		c.verifyCompacted(ctx, o)
 	}
 
 	code, out, errOut := e.command(vctx, "status", "--proxy", e.ogs[0].listen, "--source", e.src.Bootstrap(), "--json",
@@ -63,7 +52,7 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 	} else {
 		halted := false
 		for _, p := range st {
-			if p.Topic != e.topic && p.Topic != e.txnTopic {
+			if p.Topic != e.topic && p.Topic != e.txnTopic && p.Topic != e.compactTopic {
 				continue
 			}
 			if p.Halted != "" {
@@ -98,6 +87,70 @@ func (c *campaign) check(ctx context.Context, o *Outcome) {
 		o.Held = append(o.Held, "the mirror stopped no partition")
 	}
 }
+
+// verify runs `offsetgate verify` on a topic and says what differs (empty: identical over the
+// range both sides hold, nothing lost at the head).
+func (c *campaign) verify(ctx context.Context, topic string) string {
+	e := c.e
+	code, out, errOut := e.command(ctx, "verify", "--source", e.src.Bootstrap(), "--proxy", e.ogs[0].listen, "--topic", topic,
+		"--json", "--tls-ca", e.certs.CA.CertFile)
+	var lines []struct {
+		Partition      int32  `json:"partition"`
+		Batches        int64  `json:"batches"`
+		SourceHeadLost int64  `json:"source_head_lost"`
+		Lost           string `json:"lost"`
+		Difference     string `json:"difference"`
+		Error          string `json:"error"`
+	}
+	jerr := json.Unmarshal([]byte(out), &lines)
+	if code == 0 && jerr == nil {
+		return ""
+	}
+	var bad []string
+	for _, l := range lines {
+		if l.Error != "" || l.Difference != "" || l.Lost != "" {
+			bad = append(bad, fmt.Sprintf("[%d] %s%s%s", l.Partition, l.Error, l.Difference, l.Lost))
+		}
+	}
+	return fmt.Sprintf("offsetgate verify %s exit %d: %s %s", topic, code, strings.Join(bad, "; "), strings.TrimSpace(errOut))
+}
+
+// verifyCompacted checks the compacted topic. The source's cleaner rewrites and removes
+// mirrored batches all the time, and the mirror records what it changed only when it sends
+// the partition again (every compactResync), so between a cleaning and the next resend the
+// two sides differ by design. The topic's writes pause and verify runs until it finds the
+// two identical: once the cleaner has nothing dirty left and a resend has followed, they
+// must be. Never identical within compactSettle is a failure.
+func (c *campaign) verifyCompacted(ctx context.Context, o *Outcome) {
+	c.compactPaused.Store(true)
+	defer c.compactPaused.Store(false)
+	start := time.Now()
+	deadline := start.Add(compactSettle)
+	tries := 0
+	for {
+		tries++
+		vctx, cancel := context.WithTimeout(ctx, time.Minute)
+		bad := c.verify(vctx, c.e.compactTopic)
+		cancel()
+		if bad == "" {
+			o.Held = append(o.Held, fmt.Sprintf("verify %s identical once the mirror recorded the source's cleaning", c.e.compactTopic))
+			c.e.logf("%s identical after %s (%d verify runs)", c.e.compactTopic, time.Since(start).Round(time.Second), tries)
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			o.Failures = append(o.Failures, fmt.Sprintf("not identical %s after its writes paused (%d verify runs), last: %s",
+				compactSettle, tries, bad))
+			return
+		}
+		if err := sleep(ctx, 3*time.Second); err != nil {
+			return
+		}
+	}
+}
+
+// compactSettle bounds how long the compacted topic may take to be found identical once its
+// writes paused: the cleaner's backoff (15 s), its pass, and two resends (compactResync).
+const compactSettle = 90 * time.Second
 
 // command runs the offsetgate binary and returns its exit code and output.
 func (e *env) command(ctx context.Context, args ...string) (int, string, string) {

@@ -34,6 +34,9 @@ type env struct {
 	dir      string
 	topic    string
 	txnTopic string // written by a transactional producer, read at read_committed
+	// compactTopic, with Config.Compacted, is a compacted source topic written with few keys
+	// and cleaned every few seconds (empty: not in the campaign).
+	compactTopic string
 
 	src, dst *testkafka.Cluster
 	// dstLinks stand between the offsetgate instances and the destination's brokers (one per
@@ -52,6 +55,18 @@ type env struct {
 	srcAdm, dstAdm *kadm.Client
 	srcCl, dstCl   *kgo.Client
 }
+
+// topics are the mirrored topics.
+func (e *env) topics() []string {
+	ts := []string{e.topic, e.txnTopic}
+	if e.compactTopic != "" {
+		ts = append(ts, e.compactTopic)
+	}
+	return ts
+}
+
+// compactResync is the mirror's --resync with Config.Compacted.
+const compactResync = 10 * time.Second
 
 // instance is one offsetgate process and its addresses.
 type instance struct {
@@ -86,6 +101,9 @@ func (e *env) logf(format string, a ...any) {
 // setup starts everything but the producers and consumers.
 func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
 	e := &env{cfg: cfg, dir: dir, topic: "faults-t", txnTopic: "faults-txn"}
+	if cfg.Compacted {
+		e.compactTopic = "faults-compact"
+	}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -149,9 +167,14 @@ func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
 			}
 		}
 		args := []string{"mirror",
-			"--source", e.src.Bootstrap(), "--proxy", proxies, "--topics", e.topic + "," + e.txnTopic, "--replication-factor", "2",
+			"--source", e.src.Bootstrap(), "--proxy", proxies, "--topics", strings.Join(e.topics(), ","), "--replication-factor", "2",
 			"--group-interval", "1s", "--progress", "lines", "--max-bytes", "262144", "--metrics", "127.0.0.1:" + strconv.Itoa(metrics),
 			"--tls-ca", e.certs.CA.CertFile, "--tls-cert", e.mirror.CertFile, "--tls-key", e.mirror.KeyFile}
+		if cfg.Compacted {
+			// What the source's cleaner changed is recorded at the next resync; the checks
+			// wait for one (campaign.verifyCompacted).
+			args = append(args, "--resync", compactResync.String())
+		}
 		if cfg.Instances > 1 {
 			// The group's session is shorter than a mirror-stop, sometimes: a stopped member's
 			// partitions move to the other, which writes them through its own instance (a
@@ -164,6 +187,17 @@ func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
 
 	for _, t := range []string{e.topic, e.txnTopic} {
 		if err := e.src.CreateTopic(ctx, t, cfg.Partitions, 2, nil); err != nil {
+			return nil, err
+		}
+	}
+	if e.compactTopic != "" {
+		// Segments roll every few seconds and the cleaner takes any dirty share: the source
+		// rewrites and removes mirrored batches all the time.
+		str := func(v string) *string { return &v }
+		if err := e.src.CreateTopic(ctx, e.compactTopic, cfg.Partitions, 2, map[string]*string{
+			"cleanup.policy": str("compact"), "segment.ms": str("3000"), "min.cleanable.dirty.ratio": str("0.01"),
+			"min.compaction.lag.ms": str("0"),
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -180,11 +214,14 @@ func setup(ctx context.Context, cfg Config, dir string) (_ *env, err error) {
 	// The mirror creates the mirror topic through offsetgate.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		md, err := e.dstAdm.Metadata(ctx, e.topic, e.txnTopic)
+		md, err := e.dstAdm.Metadata(ctx, e.topics()...)
 		if err == nil {
-			t, ok := md.Topics[e.topic]
-			x, xok := md.Topics[e.txnTopic]
-			if ok && xok && t.Err == nil && x.Err == nil && int32(len(t.Partitions)) == cfg.Partitions && int32(len(x.Partitions)) == cfg.Partitions {
+			all := true
+			for _, n := range e.topics() {
+				t, ok := md.Topics[n]
+				all = all && ok && t.Err == nil && int32(len(t.Partitions)) == cfg.Partitions
+			}
+			if all {
 				break
 			}
 		}

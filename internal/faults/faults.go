@@ -36,6 +36,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -76,6 +77,11 @@ type Config struct {
 	// as docs/operations.md advises: a mirror whose instance is killed or stopped goes on
 	// through another, which waits out the lease and takes the partitions over.
 	MirrorsAll bool
+	// Compacted adds a third mirrored topic, compacted on the source and cleaned every few
+	// seconds while it is written (a quarter of Rate, from 128 keys), read through offsetgate
+	// by a consumer of its own; the mirror sends it again every 10 s (--resync), and after each
+	// fault its writes pause until `offsetgate verify` finds it identical (campaign.check).
+	Compacted bool
 	// ServeYAML is more lines of offsetgate's configuration (for instance
 	// "ledger_acks: leader"), appended to the campaign's own.
 	ServeYAML string
@@ -144,10 +150,14 @@ type Report struct {
 	// committed, and records its read_committed consumer read.
 	TxnCommits, TxnAborts, TxnUnknown int64
 	TxnCommitted, TxnRead             int64
-	Redelivered                       int64
-	GroupRestarts                     int
-	ConsumerErrors                    []string
-	Leaks                             map[string]*leakSeries
+	// The compacted topic (Config.Compacted): records written, read through offsetgate, and at
+	// the end the records the source still held and the offsets they spanned.
+	CompactProduced, CompactRead int64
+	CompactLeft, CompactSpanned  int64
+	Redelivered                  int64
+	GroupRestarts                int
+	ConsumerErrors               []string
+	Leaks                        map[string]*leakSeries
 	// Writes is, per offsetgate instance, the mirror writes it made in its last life (from
 	// offsetgate_mirror_writes_total at the end): with several instances, each carried its
 	// share.
@@ -225,15 +235,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wt := newTxnWritten()
 	direct, group, txn := newTally("direct consumer"), newTally("group consumer"), newTally("read_committed consumer")
 	direct.log, group.log, txn.log = e.logf, e.logf, e.logf
+	c := &campaign{e: e, w: w, wt: wt, direct: direct, group: group, txn: txn, rep: rep}
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context) error{
+	traffic := []func(context.Context) error{
 		func(c context.Context) error { return e.produce(c, w, cfg.Rate, cfg.Seed) },
 		func(c context.Context) error { return e.readDirect(c, w, direct) },
 		func(c context.Context) error { return e.readGroup(c, w, group) },
 		func(c context.Context) error { return e.produceTxn(c, wt, cfg.Seed) },
 		func(c context.Context) error { return e.readTxn(c, wt, txn) },
-	} {
+	}
+	if e.compactTopic != "" {
+		c.cw = &written{hashes: map[int32][]uint64{}}
+		c.compact = newTally("compacted-topic consumer")
+		c.compact.log = e.logf
+		traffic = append(traffic,
+			func(ctx context.Context) error {
+				return e.produceCompact(ctx, c.cw, max(cfg.Rate/4, 1), cfg.Seed, &c.compactPaused)
+			},
+			func(ctx context.Context) error { return e.readCompact(ctx, c.cw, c.compact) })
+	}
+	for _, f := range traffic {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -246,7 +268,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		stopTraffic()
 		wg.Wait()
 	}()
-	c := &campaign{e: e, w: w, wt: wt, direct: direct, group: group, txn: txn, rep: rep}
 	e.logf("campaign: seed %d, %d faults at most, budget %s, lease %s, %d instance(s) and mirror(s), kinds %s", cfg.Seed, cfg.Count, cfg.Budget, cfg.Lease, cfg.Instances, names(use))
 	// Everything flows before the first fault: the baseline.
 	if _, err := c.recover(ctx, time.Now()); err != nil {
@@ -305,6 +326,12 @@ type campaign struct {
 	direct, group, txn *tally
 	rep                *Report
 	wedged             bool
+
+	// The compacted topic (Config.Compacted): what was written, its consumer, and whether its
+	// writes pause (while a check waits for the mirror to record the source's cleaning).
+	cw            *written
+	compact       *tally
+	compactPaused atomic.Bool
 }
 
 func (c *campaign) finish() *Report {
@@ -337,6 +364,19 @@ func (c *campaign) finish() *Report {
 		}
 	}
 	r.ConsumerErrors = append(append(c.direct.topErrs(8), c.group.topErrs(8)...), c.txn.topErrs(8)...)
+	if c.compact != nil {
+		r.CompactProduced = c.cw.produced.Load()
+		c.compact.mu.Lock()
+		r.CompactRead = c.compact.records
+		c.compact.mu.Unlock()
+		r.ConsumerErrors = append(r.ConsumerErrors, c.compact.topErrs(8)...)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var err error
+		if r.CompactLeft, r.CompactSpanned, err = c.e.compactedAway(ctx); err != nil {
+			c.e.logf("reading the compacted topic on the source: %v", err)
+		}
+		cancel()
+	}
 	return r
 }
 

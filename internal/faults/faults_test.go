@@ -45,6 +45,30 @@ func TestTwoInstancesCampaign(t *testing.T) {
 	}
 }
 
+// A compacted topic beside the others, its source cleaning every few seconds while it is
+// written: after each fault the mirror records what the cleaner changed and verify finds it
+// identical, its consumer through offsetgate reads only records written at their offsets, and
+// the source's cleaner did remove records (else the campaign tried nothing).
+func TestCompactedCampaign(t *testing.T) {
+	rep := runShort(t, faults.Config{
+		Seed: 22, Count: 3, Budget: 5 * time.Minute, Cycle: true, Compacted: true,
+		Kinds: []string{"og-kill", "mirror-stop", "link-og-dest-cut"},
+	})
+	for _, o := range rep.Outcomes {
+		found := false
+		for _, h := range o.Held {
+			found = found || strings.HasPrefix(h, "verify faults-compact identical")
+		}
+		if !found {
+			t.Errorf("fault %d (%s): the compacted topic was not verified: held %v", o.Index, o.Kind, o.Held)
+		}
+	}
+	if rep.CompactRead == 0 || rep.CompactSpanned == 0 || rep.CompactLeft >= rep.CompactSpanned {
+		t.Fatalf("compacted topic: %d records read through offsetgate, the source holds %d over %d offsets: the cleaner removed nothing",
+			rep.CompactRead, rep.CompactLeft, rep.CompactSpanned)
+	}
+}
+
 // runShort runs a short campaign on clusters of its own, fails the test if a fault failed or
 // fewer than three ran, and returns the report.
 func runShort(t *testing.T, cfg faults.Config) *faults.Report {

@@ -66,6 +66,14 @@ func (r *Report) Markdown() string {
 		cfg.Partitions, cfg.Rate, r.Produced, r.Direct, r.Group)
 	p("Transactional topic: %d transactions committed (%d records), %d aborted, %d of unknown end (their\n", r.TxnCommits, r.TxnCommitted, r.TxnAborts, r.TxnUnknown)
 	p("EndTransaction failed; either outcome is allowed, all or nothing); %d records read at read_committed.\n\n", r.TxnRead)
+	if cfg.Compacted {
+		p("Compacted topic (`--compacted`): %d records written from 128 keys (one in 16 a tombstone), segments\n", r.CompactProduced)
+		p("rolled every 3 s and cleaned at any dirty share, the mirror sending it again every %s (`--resync`);\n", compactResync)
+		p("%d records read through offsetgate by a consumer of its own (offsets only forward, every record the\n", r.CompactRead)
+		p("one written at its offset). After each fault its writes pause until `offsetgate verify` finds it\n")
+		p("identical: between a cleaning and the next resend the two sides differ by design. At the end the\n")
+		p("source held %d records over %d offsets: its cleaner had removed %d.\n\n", r.CompactLeft, r.CompactSpanned, r.CompactSpanned-r.CompactLeft)
+	}
 	if cfg.Instances > 1 {
 		p("%d offsetgate instances in front of the destination and %d mirror processes in one mirror group\n", cfg.Instances, cfg.Instances)
 		if cfg.MirrorsAll {

@@ -37,6 +37,7 @@ func main() {
 	recovery := fs.Duration("recovery", 3*time.Minute, "how long a recovery may take before it counts as a failure")
 	instances := fs.Int("instances", 1, "offsetgate instances and mirror processes (a mirror group when more than one; mirror i writes through instance i)")
 	mirrorsAll := fs.Bool("mirrors-all", false, "give every mirror process all instances' addresses (its own first), so it goes on through another when its instance fails")
+	compacted := fs.Bool("compacted", false, "add a compacted topic, cleaned every few seconds while written, checked after each fault once the mirror has recorded the cleaning")
 	serveYAML := fs.String("serve-yaml", "", "more lines of offsetgate's configuration, appended to the campaign's (for instance 'ledger_acks: leader')")
 	dir := fs.String("dir", "", "folder for the clusters, configurations and logs (default: a temporary one, kept when a fault failed)")
 	report := fs.String("report", "", "write the markdown report here (default: standard output)")
@@ -50,7 +51,7 @@ func main() {
 	}
 	cfg := faults.Config{Seed: *seed, Count: *count, Budget: *budget, Bin: *bin, Dir: *dir, Lease: *lease,
 		Partitions: int32(*partitions), Rate: *rate, Recovery: *recovery, Log: os.Stderr, Cycle: *cycle, ServeYAML: *serveYAML, Instances: *instances,
-		MirrorsAll: *mirrorsAll}
+		MirrorsAll: *mirrorsAll, Compacted: *compacted}
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
 	}
@@ -80,6 +81,9 @@ func main() {
 	}
 	if *mirrorsAll {
 		cfg.Command += " --mirrors-all"
+	}
+	if *compacted {
+		cfg.Command += " --compacted"
 	}
 	if *serveYAML != "" {
 		cfg.Command += fmt.Sprintf(" --serve-yaml %q", *serveYAML)
