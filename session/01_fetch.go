@@ -25,6 +25,7 @@ import (
 	"encoding/binary"
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
@@ -91,6 +92,12 @@ func restoreFetch(s *Session, version int16, body []byte, committed bool) (*kmsg
 					p.ErrorCode = rules.ErrNotLeader // the client refreshes and retries
 					continue
 				}
+				if p.ErrorCode == kerr.OffsetOutOfRange.Code {
+					if src, ok := s.skippedFetch[partID{info.ID, p.Partition}]; ok {
+						fillerSkip(p, src)
+						continue
+					}
+				}
 				if p.ErrorCode == 0 {
 					pv.TrimBelow(p.LogStartOffset) // D's retention removed what lies below
 				}
@@ -106,6 +113,39 @@ func restoreFetch(s *Session, version int16, body []byte, committed bool) (*kmsg
 		}
 	}
 	return resp, changed, nil
+}
+
+// partID names a mirror partition by its topic's id.
+type partID struct {
+	id        catalog.TopicID
+	partition int32
+}
+
+// noteSkip remembers (or forgets) that a partition's fetch was sent to D past the fillers of
+// a filled hole. An incremental fetch session keeps fetching D at that offset while the
+// client leaves the partition out, so it is remembered until the partition is named again.
+func (s *Session) noteSkip(k partID, src int64, skipped bool) {
+	switch {
+	case skipped:
+		if s.skippedFetch == nil {
+			s.skippedFetch = map[partID]int64{}
+		}
+		s.skippedFetch[k] = src
+	case s.skippedFetch != nil:
+		delete(s.skippedFetch, k)
+	}
+}
+
+// fillerSkip answers a partition whose fetch D refused as out of range after it was moved past
+// the fillers of a filled hole (view.ToDestSkipping). The client is at the mirrored end: the
+// ledger holds the fillers and what follows them before D does, and a consumer caught up with
+// the mirror fetches there the moment D has the batch before the hole. The source would
+// answer it with nothing new, not with OFFSET_OUT_OF_RANGE (on which clients reset their
+// position, kgo by default a minute back): so does offsetgate, the client's own offset as the
+// high watermark, until D holds the fillers.
+func fillerSkip(p *kmsg.FetchResponseTopicPartition, src int64) {
+	p.ErrorCode, p.RecordBatches, p.AbortedTransactions = 0, nil, nil
+	p.HighWatermark, p.LastStableOffset, p.LogStartOffset = src, src, -1
 }
 
 // encodeFetch encodes a restored answer of about size bytes as a vectored answer (vector.go):
@@ -227,9 +267,12 @@ func fetchDecide(s *Session, r *request) error {
 	}
 	s.staleFetch = s.staleFetch[:0] // loaded by now, or the fetch below is refused
 	viewed := false
-	err := s.eachView(r, fetchTopics(r), func(ti, pi int, _ *catalog.Topic, pv *view.Partition) {
+	err := s.eachView(r, fetchTopics(r), func(ti, pi int, info *catalog.Topic, pv *view.Partition) {
 		p := &req.Topics[ti].Partitions[pi]
-		p.FetchOffset = pv.ToDest(p.FetchOffset)
+		src := p.FetchOffset
+		var skipped bool
+		p.FetchOffset, skipped = pv.ToDestSkipping(src)
+		s.noteSkip(partID{info.ID, p.Partition}, src, skipped)
 		p.CurrentLeaderEpoch = toDestEpoch(p.CurrentLeaderEpoch, pv.EpochBase())
 		p.LastFetchedEpoch = -1
 		p.LogStartOffset = -1

@@ -153,6 +153,7 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 				leaders[p.addr] = true
 			}
 		}
+		skipped := make([]bool, len(parts)) // moved past a filled hole's fillers (fillerSkip)
 		answers := sendByLeader(ctx, c, client, parts, func(idx []int) kmsg.Request {
 			d := kmsg.NewPtrFetchRequest()
 			d.Version = min(max(req.Version, 4), 12) // topics by name
@@ -169,7 +170,7 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 				asked := req.Topics[p.ti].Partitions[p.pi]
 				dp := kmsg.NewFetchRequestTopicPartition()
 				dp.Partition, dp.PartitionMaxBytes = p.partition, asked.PartitionMaxBytes
-				dp.FetchOffset = p.pv.ToDest(asked.FetchOffset)
+				dp.FetchOffset, skipped[i] = p.pv.ToDestSkipping(asked.FetchOffset)
 				// The client's epochs are the source's: D checks none of them.
 				dp.CurrentLeaderEpoch, dp.LastFetchedEpoch, dp.LogStartOffset = -1, -1, -1
 				var dt *kmsg.FetchRequestTopic
@@ -201,6 +202,8 @@ func (s *Session) carryFetch(r *request, req *kmsg.FetchRequest, topics []reqTop
 			switch {
 			case !found:
 				ans.ErrorCode = partErr(c, p, a)
+			case got.ErrorCode == kerr.OffsetOutOfRange.Code && skipped[i]:
+				fillerSkip(&ans, req.Topics[p.ti].Partitions[p.pi].FetchOffset)
 			case got.ErrorCode != 0:
 				if leadership(got.ErrorCode) {
 					c.ForgetLeader(p.name, p.partition)

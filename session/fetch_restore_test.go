@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"offsetgate/batch"
+	"offsetgate/catalog"
 	"offsetgate/ledger"
 	"offsetgate/view"
 )
@@ -189,6 +191,67 @@ func TestRestoreTransactions(t *testing.T) {
 		}
 		if committed && p.LastStableOffset != 106 {
 			t.Fatalf("last stable %d, want 106 (the index's until it is read again)", p.LastStableOffset)
+		}
+	}
+}
+
+// A consumer caught up with the mirror at a filled hole: its fetch goes to D past the fillers,
+// which the ledger holds before D does, and D answers OFFSET_OUT_OF_RANGE. The client is
+// answered as the source answers a fetch at its end (nothing, no error, its own offset as the
+// high watermark), not told to reset; a fetch not moved past fillers gets D's error as it is.
+func TestFetchPastUnlandedFillers(t *testing.T) {
+	a, b := srcBatch(100, 3, 5), srcBatch(110, 2, 5)
+	entries := []ledger.Entry{entry(a, 0), {Kind: ledger.KindFiller, Src: 103, Last: 109, D: 3, Count: 7}, entry(b, 10)}
+	for _, version := range []int16{11, 13} {
+		for _, at := range []int64{103, 100} {
+			fc := &fakeConn{}
+			s := New(Config{Catalog: mirrorCatalog{true}, View: fixedView{view.NewPartition(entries)}}, fc)
+			req := kmsg.NewPtrFetchRequest()
+			req.SetVersion(version)
+			req.ReplicaID, req.SessionEpoch = -1, -1
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic, rt.TopicID = "orders", catalog.TopicID{1}
+			rp := kmsg.NewFetchRequestTopicPartition()
+			rp.FetchOffset = at
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			if _, err := s.HandleClient(reqFrame(req, 3)); err != nil {
+				t.Fatal(err)
+			}
+			var sent kmsg.FetchRequest
+			readForwarded(t, frames(t, fc.upstream.Bytes())[0], &sent)
+			wantD := int64(0)
+			if at == 103 {
+				wantD = 10 // past the fillers
+			}
+			if got := sent.Topics[0].Partitions[0].FetchOffset; got != wantD {
+				t.Fatalf("v%d: source offset %d fetched from D at %d, want %d", version, at, got, wantD)
+			}
+			resp := kmsg.NewPtrFetchResponse()
+			resp.SetVersion(version)
+			ft := kmsg.NewFetchResponseTopic()
+			ft.Topic, ft.TopicID = "orders", catalog.TopicID{1}
+			pp := kmsg.NewFetchResponseTopicPartition()
+			pp.ErrorCode, pp.HighWatermark, pp.LastStableOffset, pp.LogStartOffset = kerr.OffsetOutOfRange.Code, -1, -1, -1
+			ft.Partitions = append(ft.Partitions, pp)
+			resp.Topics = append(resp.Topics, ft)
+			if _, err := s.HandleUpstream(respFrame(3, resp.IsFlexible(), resp)); err != nil {
+				t.Fatal(err)
+			}
+			var got kmsg.FetchResponse
+			readAnswer(t, frames(t, fc.client.Bytes())[0], &got, version)
+			p := got.Topics[0].Partitions[0]
+			switch at {
+			case 103:
+				if p.ErrorCode != 0 || len(p.RecordBatches) != 0 || p.HighWatermark != 103 || p.LastStableOffset != 103 {
+					t.Fatalf("v%d: fetch in the hole answered error %d, %d bytes, high watermark %d, last stable %d; want nothing at 103",
+						version, p.ErrorCode, len(p.RecordBatches), p.HighWatermark, p.LastStableOffset)
+				}
+			default:
+				if p.ErrorCode != kerr.OffsetOutOfRange.Code {
+					t.Fatalf("v%d: fetch at %d answered error %d, want D's OFFSET_OUT_OF_RANGE", version, at, p.ErrorCode)
+				}
+			}
 		}
 	}
 }

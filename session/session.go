@@ -234,6 +234,9 @@ type Session struct {
 	carrier Carrier
 	// staleFetch: mirror partitions whose index fell behind D in a fetch answer.
 	staleFetch []mirrorPart
+	// skippedFetch: mirror partitions last fetched from inside a filled hole, sent to D past
+	// its fillers, and the source offset the client asked for (fillerSkip, 01_fetch.go).
+	skippedFetch map[partID]int64
 	// fetchGen, on a source connection, is how many topics were promoted when the client last
 	// sent a full Fetch: an incremental one after a later promotion may rely on a fetch
 	// session of the source's that holds a promoted topic (01_fetch_source.go).

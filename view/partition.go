@@ -604,6 +604,16 @@ func (p *Partition) ToDest(src int64) int64 {
 	return p.toDest(src, true)
 }
 
+// ToDestSkipping is ToDest, and reports whether the offset lay in a filled hole and was moved
+// past its fillers: the destination may not hold those fillers yet (the ledger takes them
+// before D does), and then answers a fetch at the offset past them OFFSET_OUT_OF_RANGE.
+func (p *Partition) ToDestSkipping(src int64) (int64, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	d := p.toDest(src, true)
+	return d, d != p.toDest(src, false)
+}
+
 // CommitToDest maps a committed source offset to D's: like ToDest, but exact inside a filled
 // hole, so the offset reads back (ToSource) as it was committed.
 func (p *Partition) CommitToDest(src int64) int64 {

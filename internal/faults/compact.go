@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,7 +62,15 @@ func (e *env) produceCompact(ctx context.Context, w *written, rate int, seed uin
 // positions: offsets only go forward (the source's cleaner leaves gaps, which are skipped),
 // and every record read is the one written at its offset.
 func (e *env) readCompact(ctx context.Context, w *written, t *tally) error {
-	cl, err := e.fromStart(2, e.compactTopic, kgo.ClientID("faults-compact-reader"))
+	// The client's own log, for a failure's story (epoch validations, resets).
+	lf, err := os.OpenFile(filepath.Join(e.dir, "compact-consumer.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	logw := lockedWriter{mu: &sync.Mutex{}, w: lf}
+	cl, err := e.fromStart(2, e.compactTopic, kgo.ClientID("faults-compact-reader"),
+		kgo.WithLogger(kgo.BasicLogger(logw, kgo.LogLevelInfo, func() string { return time.Now().Format("15:04:05.000 ") })))
 	if err != nil {
 		return err
 	}
