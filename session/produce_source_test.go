@@ -514,3 +514,47 @@ func (l *lockedMoves) unseal(name string) {
 	defer l.mu.Unlock()
 	delete(l.m.sealed, name)
 }
+
+// A source connection's fetch of a promoted partition from inside a filled hole whose fillers
+// D does not hold yet: D refuses the offset past them, and the client is answered with nothing
+// at its own offset (fillerSkip), not OFFSET_OUT_OF_RANGE.
+func TestSourceFetchPastUnlandedFillers(t *testing.T) {
+	a, b := srcBatch(100, 3, 5), srcBatch(110, 2, 5)
+	pv := view.NewPartition([]ledger.Entry{entry(a, 0), {Kind: ledger.KindFiller, Src: 103, Last: 109, D: 3, Count: 7}, entry(b, 10)})
+	c := &recordingCarrier{views: map[partKey]*view.Partition{{"promo", 0}: pv}, dest: func(req kmsg.Request) kmsg.Response {
+		resp := kmsg.NewPtrFetchResponse()
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic = req.(*kmsg.FetchRequest).Topics[0].Topic
+		rp := kmsg.NewFetchResponseTopicPartition()
+		rp.ErrorCode, rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = kerr.OffsetOutOfRange.Code, -1, -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		resp.Topics = append(resp.Topics, rt)
+		return resp
+	}}
+	for _, at := range []int64{105, 101} {
+		fc := &syncConn{posted: make(chan func(), 16)}
+		s := New(Config{NodeShift: 1000, NoSASL: true, Addresses: &presented{real: map[int32]string{}},
+			Moves: &movesOf{carrier: c, promoted: map[string]bool{"promo": true}}}, fc)
+		r := kmsg.NewPtrFetchRequest()
+		r.SetVersion(12)
+		r.ReplicaID, r.MaxWaitMillis, r.SessionEpoch = -1, 500, -1
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = "promo"
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.FetchOffset = at
+		ft.Partitions = append(ft.Partitions, fp)
+		r.Topics = append(r.Topics, ft)
+		if _, err := s.HandleClient(reqFrame(r, 1)); err != nil {
+			t.Fatal(err)
+		}
+		var got kmsg.FetchResponse
+		readAnswer(t, fc.answers(t, 1)[0], &got, 12)
+		p := got.Topics[0].Partitions[0]
+		if at == 105 && (p.ErrorCode != 0 || p.HighWatermark != 105 || len(p.RecordBatches) != 0) {
+			t.Fatalf("fetch at 105 (in the hole) answered error %d, high watermark %d; want nothing at 105", p.ErrorCode, p.HighWatermark)
+		}
+		if at == 101 && p.ErrorCode != kerr.OffsetOutOfRange.Code {
+			t.Fatalf("fetch at 101 answered error %d, want D's OFFSET_OUT_OF_RANGE", p.ErrorCode)
+		}
+	}
+}
