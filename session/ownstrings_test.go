@@ -9,7 +9,8 @@ import (
 )
 
 // fillStrings sets every string of v (and of the structs and slices it holds) to a value of
-// its own, so that each one is encoded into the frame.
+// its own, so that each one is encoded into the frame; an empty slice of structs or numbers
+// gets one element (a topic its partition, say).
 func fillStrings(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Pointer:
@@ -29,7 +30,7 @@ func fillStrings(v reflect.Value) {
 			}
 		}
 	case reflect.Slice:
-		if v.Type().Elem().Kind() == reflect.Struct && v.Len() == 0 {
+		if k := v.Type().Elem().Kind(); v.Len() == 0 && (k == reflect.Struct || k >= reflect.Int && k <= reflect.Int64) {
 			v.Set(reflect.Append(v, reflect.New(v.Type().Elem()).Elem()))
 		}
 		for i := 0; i < v.Len(); i++ {

@@ -7,43 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// fill gives a request something in every field a handler reads: every string and string
-// pointer "t", every slice of structs or numbers one element (filled in turn), so a body has
-// topics, partitions and transactional ids to cut through.
-func fill(v reflect.Value, depth int) {
-	switch v.Kind() {
-	case reflect.Pointer:
-		if v.IsNil() {
-			if v.Type().Elem().Kind() != reflect.String {
-				return
-			}
-			v.Set(reflect.New(v.Type().Elem()))
-		}
-		fill(v.Elem(), depth)
-	case reflect.String:
-		v.SetString("t")
-	case reflect.Struct:
-		for i := 0; i < v.NumField(); i++ {
-			if f := v.Type().Field(i); f.IsExported() && f.Name != "Version" && f.Name != "UnknownTags" {
-				fill(v.Field(i), depth)
-			}
-		}
-	case reflect.Slice:
-		if depth > 4 || v.Type().Elem().Kind() == reflect.Uint8 {
-			return
-		}
-		e := reflect.New(v.Type().Elem()).Elem()
-		if e.Kind() == reflect.Struct {
-			// kmsg's Default sets the fields Kafka gives defaults (-1 epochs and the like).
-			if d, ok := e.Addr().Interface().(interface{ Default() }); ok {
-				d.Default()
-			}
-		}
-		fill(e, depth+1)
-		v.Set(reflect.Append(v, e))
-	}
-}
-
 // A request of an api offsetgate judges or translates whose body kmsg cannot decode closes the
 // connection and reaches no broker: every such api at every version offsetgate allows, cut
 // short at every byte of its body. Kafka's own decoder might read such a body differently
@@ -64,7 +27,7 @@ func TestUndecodableBodiesRefused(t *testing.T) {
 		}
 		for v := rng.min; v <= rng.max; v++ {
 			req := kmsg.RequestForKey(int16(key))
-			fill(reflect.ValueOf(req).Elem(), 0)
+			fillStrings(reflect.ValueOf(req).Elem())
 			req.SetVersion(v)
 			frame := reqFrame(req, 7)
 			h, err := parseReqHeader(frame[4:])

@@ -75,25 +75,15 @@ func (e *env) readCompact(ctx context.Context, w *written, t *tally) error {
 		return err
 	}
 	defer cl.Close()
-	for ctx.Err() == nil {
-		fs := cl.PollFetches(ctx)
-		fs.EachError(func(_ string, _ int32, err error) {
-			if ctx.Err() == nil {
-				t.noteErr(err)
-			}
-		})
-		t.mu.Lock()
-		fs.EachRecord(func(r *kgo.Record) {
-			next := t.next[r.Partition]
-			if r.Offset < next {
-				t.violate("%s: %s[%d]: offset %d read again (next was %d)", t.name, r.Topic, r.Partition, r.Offset, next)
-			}
-			t.check(w, r)
-			t.next[r.Partition] = max(next, r.Offset+1)
-			t.records++
-		})
-		t.mu.Unlock()
-	}
+	poll(ctx, cl, t, func(r *kgo.Record) {
+		next := t.next[r.Partition]
+		if r.Offset < next {
+			t.violate("%s: %s[%d]: offset %d read again (next was %d)", t.name, r.Topic, r.Partition, r.Offset, next)
+		}
+		t.check(w, r)
+		t.next[r.Partition] = max(next, r.Offset+1)
+		t.records++
+	})
 	return nil
 }
 

@@ -191,6 +191,24 @@ func (e *env) readDirect(ctx context.Context, w *written, t *tally) error {
 		return err
 	}
 	defer cl.Close()
+	poll(ctx, cl, t, func(r *kgo.Record) {
+		next := t.next[r.Partition]
+		switch {
+		case r.Offset > next:
+			t.violate("%s: %s[%d]: offsets %d to %d skipped", t.name, r.Topic, r.Partition, next, r.Offset-1)
+		case r.Offset < next:
+			t.violate("%s: %s[%d]: offset %d read again (next was %d)", t.name, r.Topic, r.Partition, r.Offset, next)
+		}
+		t.check(w, r)
+		t.next[r.Partition] = max(next, r.Offset+1)
+		t.records++
+	})
+	return nil
+}
+
+// poll reads with cl until ctx ends: its fetch errors are noted on t, and each record is
+// handed to each under t's lock.
+func poll(ctx context.Context, cl *kgo.Client, t *tally, each func(r *kgo.Record)) {
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		fs.EachError(func(_ string, _ int32, err error) {
@@ -199,21 +217,9 @@ func (e *env) readDirect(ctx context.Context, w *written, t *tally) error {
 			}
 		})
 		t.mu.Lock()
-		fs.EachRecord(func(r *kgo.Record) {
-			next := t.next[r.Partition]
-			switch {
-			case r.Offset > next:
-				t.violate("%s: %s[%d]: offsets %d to %d skipped", t.name, r.Topic, r.Partition, next, r.Offset-1)
-			case r.Offset < next:
-				t.violate("%s: %s[%d]: offset %d read again (next was %d)", t.name, r.Topic, r.Partition, r.Offset, next)
-			}
-			t.check(w, r)
-			t.next[r.Partition] = max(next, r.Offset+1)
-			t.records++
-		})
+		fs.EachRecord(each)
 		t.mu.Unlock()
 	}
-	return nil
 }
 
 // readGroup reads through offsetgate as a consumer group that commits after every poll.

@@ -148,35 +148,25 @@ func (e *env) readTxn(ctx context.Context, w *txnWritten, t *tally) error {
 		return err
 	}
 	defer cl.Close()
-	for ctx.Err() == nil {
-		fs := cl.PollFetches(ctx)
-		fs.EachError(func(_ string, _ int32, err error) {
-			if ctx.Err() == nil {
-				t.noteErr(err)
+	poll(ctx, cl, t, func(r *kgo.Record) {
+		next := t.next[r.Partition]
+		if r.Offset < next {
+			t.violate("%s: %s[%d]: offset %d read again (next was %d)", t.name, r.Topic, r.Partition, r.Offset, next)
+		}
+		for o := next; o < r.Offset; o++ {
+			if s := w.at(r.Partition, o); s != 0 && s != abortedMark {
+				t.violate("%s: %s[%d]: committed record at %d skipped (read %d next)", t.name, r.Topic, r.Partition, o, r.Offset)
+				break
 			}
-		})
-		t.mu.Lock()
-		fs.EachRecord(func(r *kgo.Record) {
-			next := t.next[r.Partition]
-			if r.Offset < next {
-				t.violate("%s: %s[%d]: offset %d read again (next was %d)", t.name, r.Topic, r.Partition, r.Offset, next)
-			}
-			for o := next; o < r.Offset; o++ {
-				if s := w.at(r.Partition, o); s != 0 && s != abortedMark {
-					t.violate("%s: %s[%d]: committed record at %d skipped (read %d next)", t.name, r.Topic, r.Partition, o, r.Offset)
-					break
-				}
-			}
-			switch s := w.at(r.Partition, r.Offset); {
-			case s == abortedMark:
-				t.violate("%s: %s[%d]: offset %d belongs to an aborted transaction and was served at read_committed", t.name, r.Topic, r.Partition, r.Offset)
-			case s != 0 && s != recordHash(r.Key, r.Value):
-				t.violate("%s: %s[%d] offset %d: the record is not the source's (key %q)", t.name, r.Topic, r.Partition, r.Offset, r.Key)
-			}
-			t.next[r.Partition] = max(next, r.Offset+1)
-			t.records++
-		})
-		t.mu.Unlock()
-	}
+		}
+		switch s := w.at(r.Partition, r.Offset); {
+		case s == abortedMark:
+			t.violate("%s: %s[%d]: offset %d belongs to an aborted transaction and was served at read_committed", t.name, r.Topic, r.Partition, r.Offset)
+		case s != 0 && s != recordHash(r.Key, r.Value):
+			t.violate("%s: %s[%d] offset %d: the record is not the source's (key %q)", t.name, r.Topic, r.Partition, r.Offset, r.Key)
+		}
+		t.next[r.Partition] = max(next, r.Offset+1)
+		t.records++
+	})
 	return nil
 }
