@@ -413,6 +413,11 @@ func (c *Catalog) Refresh(ctx context.Context, names []string) error {
 	var held map[string]string
 	for {
 		if err := c.Sync(ctx); err != nil {
+			if len(held) > 0 && ctx.Err() != nil {
+				// The wait ran out while the marks were read again: what was waited for is
+				// the answer, not the read it interrupted.
+				return errHeldBack(held, ctx.Err())
+			}
 			return err
 		}
 		c.mu.RLock()
